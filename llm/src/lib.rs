@@ -1,0 +1,44 @@
+//! anvil-llm: the provider layer.
+//!
+//! Every other anvil crate talks to models through this crate's canonical model and the
+//! [`Provider`](provider::Provider) trait. It knows providers and nothing else: it must never
+//! depend on another anvil crate.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+/// The canonical model: messages, content blocks, tool specs, requests.
+pub mod types;
+/// Transcript integrity: the invariant every request satisfies.
+pub mod integrity;
+/// The stream vocabulary: StreamEvent, Usage, FinishReason.
+pub mod stream;
+/// LlmError and the HTTP status check.
+pub mod error;
+/// The Provider trait and EventStream.
+pub mod provider;
+/// Server-sent events: the sans-IO decoder and its async wrapper.
+pub mod sse;
+/// MessageBuilder, Completion and `collect`.
+pub mod builder;
+/// Wire protocols, the StreamState trait and in-memory replay.
+pub mod protocol;
+/// The HTTP glue shared by every adapter.
+pub mod http;
+/// One adapter per wire protocol.
+pub mod providers;
+/// The retry decorator.
+pub mod retry;
+/// Config files, trust, and where they live.
+pub mod config;
+/// Resolving a model alias into a ready provider.
+pub mod registry;
+/// ScriptedProvider, the test double for the model.
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use builder::{Completion, MessageBuilder, collect};
+pub use error::LlmError;
+pub use integrity::{Tail, TranscriptError, validate_transcript};
+pub use protocol::Protocol;
+pub use provider::{EventStream, Provider};
+pub use stream::{FinishReason, StreamEvent, Usage};
+pub use types::{ChatRequest, ContentBlock, Message, ProviderMeta, Role, ToolSpec};

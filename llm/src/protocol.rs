@@ -1,0 +1,109 @@
+//! Wire protocols and their sans-IO stream states.
+//!
+//! Every adapter has a [`StreamState`]: a pure state machine that turns one decoded SSE event
+//! into canonical [`StreamEvent`]s. The same machine serves live HTTP streams, recorded bodies
+//! ([`replay_body`]) and benchmarks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::builder::{Completion, MessageBuilder};
+use crate::error::LlmError;
+use crate::providers::{anthropic, openai_chat};
+use crate::sse::{SseDecoder, SseEvent, SseLimits};
+use crate::stream::StreamEvent;
+
+/// A wire protocol. Also the `kind` of a provider in config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Protocol {
+    Anthropic,
+    OpenaiChat,
+    OpenaiResponses,
+    Gemini,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 4] = [
+        Protocol::Anthropic,
+        Protocol::OpenaiChat,
+        Protocol::OpenaiResponses,
+        Protocol::Gemini,
+    ];
+
+    /// The name used in config and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Anthropic => "anthropic",
+            Protocol::OpenaiChat => "openai-chat",
+            Protocol::OpenaiResponses => "openai-responses",
+            Protocol::Gemini => "gemini",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// A fresh stream state for one response, or a config error for a protocol this build
+    /// cannot speak yet.
+    pub fn new_state(self) -> Result<Box<dyn StreamState>, LlmError> {
+        match self {
+            Protocol::Anthropic => Ok(Box::new(anthropic::AnthropicStreamState::default())),
+            Protocol::OpenaiChat => Ok(Box::new(openai_chat::ChatStreamState::default())),
+            Protocol::OpenaiResponses | Protocol::Gemini => Err(LlmError::Config(format!(
+                "the {} wire protocol is not supported by this build of anvil yet; use anthropic or openai-chat",
+                self.as_str()
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The sans-IO half of an adapter: wire events in, canonical events out.
+pub trait StreamState: Send {
+    /// Handles one SSE event, appending what it produces to `out`.
+    fn on_sse(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
+
+    /// The body ended. Emits whatever the protocol defers to the end (a held finish); emits
+    /// nothing when the response was cut short, so the builder reports `UnexpectedEof`.
+    fn on_end(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
+}
+
+/// Runs a recorded response body through decoder → stream state → builder, in memory.
+pub fn replay_body(protocol: Protocol, body: &[u8]) -> Result<Completion, LlmError> {
+    replay_chunks(protocol, std::iter::once(body))
+}
+
+/// Like [`replay_body`], with the body arriving in the given chunks.
+pub fn replay_chunks<'a>(
+    protocol: Protocol,
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+) -> Result<Completion, LlmError> {
+    let mut decoder = SseDecoder::new(SseLimits::default());
+    let mut state = protocol.new_state()?;
+    let mut builder = MessageBuilder::new();
+    let mut sse = Vec::new();
+    let mut events = Vec::new();
+    for chunk in chunks {
+        decoder.push_into(chunk, &mut sse)?;
+        for e in sse.drain(..) {
+            state.on_sse(&e, &mut events)?;
+        }
+        for e in events.drain(..) {
+            builder.push(&e)?;
+        }
+    }
+    for e in decoder.finish() {
+        state.on_sse(&e, &mut events)?;
+    }
+    state.on_end(&mut events)?;
+    for e in events.drain(..) {
+        builder.push(&e)?;
+    }
+    builder.finish()
+}
