@@ -1,0 +1,574 @@
+//! Config files, where they come from, and how far each is trusted.
+//!
+//! Two files merge into one [`Config`]:
+//! - the **user** config, `dirs::config_dir()/anvil/config.toml`, written by the person running
+//!   anvil: fully trusted;
+//! - the **project** config, `<workspace>/.anvil/config.toml`, which arrives with a repository
+//!   and may have been written by anyone.
+//!
+//! Keys split by what they can do (build guide 06.B):
+//! - *instruction* keys (`default_model`, `[models.*]`) only choose among what is already
+//!   configured; a project's value wins over the user's;
+//! - *trusted runtime* keys (`[providers.*]`: endpoints and credentials) decide where
+//!   credentials are sent. From a project they apply only after the user granted trust to that
+//!   exact content ([`TrustStore`]); until then they are listed in [`Config::ignored`] and do
+//!   nothing. Even a trusted project can never send a credential to a host other than the one
+//!   the user (or anvil's built-ins) approved for it ([`Config::check_credential_origins`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::LlmError;
+use crate::protocol::Protocol;
+use crate::providers::openai_chat::MaxTokensField;
+
+/// One `[providers.NAME]` table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    pub kind: Protocol,
+    /// The environment variable holding the API key; none for keyless local servers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// The endpoint; defaults to the protocol's public endpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// OpenAI Chat only: which field carries the output limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens_field: Option<MaxTokensField>,
+}
+
+impl ProviderConfig {
+    /// The endpoint this provider talks to.
+    pub fn effective_base_url(&self) -> String {
+        match &self.base_url {
+            Some(url) => url.trim_end_matches('/').to_string(),
+            None => default_base_url(self.kind).to_string(),
+        }
+    }
+}
+
+pub fn default_base_url(kind: Protocol) -> &'static str {
+    match kind {
+        Protocol::Anthropic => crate::providers::anthropic::DEFAULT_BASE_URL,
+        Protocol::OpenaiChat | Protocol::OpenaiResponses => {
+            crate::providers::openai_chat::DEFAULT_BASE_URL
+        }
+        Protocol::Gemini => "https://generativelanguage.googleapis.com/v1beta",
+    }
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pricing {
+    pub input: f64,
+    pub output: f64,
+    #[serde(default)]
+    pub cache_read: f64,
+    #[serde(default)]
+    pub cache_write: f64,
+}
+
+/// One `[models.ALIAS]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    pub provider: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+    /// Unknown pricing stays unknown: never treated as free.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pricing: Option<Pricing>,
+}
+
+/// One config file as written.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_model: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, ModelConfig>,
+}
+
+impl ConfigFile {
+    /// Parses TOML, naming the file and the offending line and field on error.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, LlmError> {
+        toml::from_str(text).map_err(|e| {
+            let location = e
+                .span()
+                .map(|span| {
+                    let line = text[..span.start.min(text.len())].lines().count().max(1);
+                    format!(":{line}")
+                })
+                .unwrap_or_default();
+            LlmError::Config(format!(
+                "{}{location}: {}",
+                path.display(),
+                e.message().trim_end()
+            ))
+        })
+    }
+
+    /// Reads a file; a missing file is an empty config, any other read error is reported.
+    pub fn load(path: &Path) -> Result<Option<Self>, LlmError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text, path).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LlmError::Config(format!(
+                "could not read {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// The digest of this file's trusted runtime keys: a trust grant covers exactly this.
+    pub fn trusted_digest(&self) -> String {
+        let canonical = serde_json::to_string(&self.providers).unwrap_or_default();
+        hex(&Sha256::digest(canonical.as_bytes()))
+    }
+}
+
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Where a merged key came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum ConfigSource {
+    BuiltIn,
+    User { path: PathBuf },
+    /// A project file, and whether its trusted runtime keys were granted.
+    Project { path: PathBuf, trusted: bool },
+}
+
+/// A project key that was not applied, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IgnoredKey {
+    pub key: String,
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+/// The merged configuration, with the source of every key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub default_model: Option<String>,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub models: BTreeMap<String, ModelConfig>,
+    /// `"providers.NAME"`, `"models.ALIAS"`, `"default_model"` → where it came from.
+    pub sources: BTreeMap<String, ConfigSource>,
+    /// Project keys that were listed but not applied (untrusted endpoints and credentials).
+    pub ignored: Vec<IgnoredKey>,
+}
+
+/// Which environment variable is approved for which origin when no config says otherwise.
+const BUILT_IN_CREDENTIALS: [(&str, Protocol); 3] = [
+    ("ANTHROPIC_API_KEY", Protocol::Anthropic),
+    ("OPENAI_API_KEY", Protocol::OpenaiChat),
+    ("GEMINI_API_KEY", Protocol::Gemini),
+];
+
+impl Config {
+    /// anvil's built-in providers and aliases: what works with no config file at all.
+    pub fn built_in() -> Self {
+        let mut c = Config {
+            default_model: None,
+            providers: BTreeMap::new(),
+            models: BTreeMap::new(),
+            sources: BTreeMap::new(),
+            ignored: Vec::new(),
+        };
+        let provider = |kind, env: Option<&str>, base: Option<&str>| ProviderConfig {
+            kind,
+            api_key_env: env.map(str::to_owned),
+            base_url: base.map(str::to_owned),
+            max_tokens_field: None,
+        };
+        for (name, p) in [
+            ("anthropic", provider(Protocol::Anthropic, Some("ANTHROPIC_API_KEY"), None)),
+            ("openai", provider(Protocol::OpenaiChat, Some("OPENAI_API_KEY"), None)),
+            ("gemini", provider(Protocol::Gemini, Some("GEMINI_API_KEY"), None)),
+            (
+                "ollama",
+                provider(Protocol::OpenaiChat, None, Some("http://localhost:11434/v1")),
+            ),
+        ] {
+            c.providers.insert(name.into(), p);
+            c.sources.insert(format!("providers.{name}"), ConfigSource::BuiltIn);
+        }
+        let model = |provider: &str, model: &str, window, out, pricing: Pricing| ModelConfig {
+            provider: provider.into(),
+            model: model.into(),
+            context_window: Some(window),
+            max_output_tokens: Some(out),
+            pricing: Some(pricing),
+        };
+        let anthropic_pricing = |input: f64, output: f64| Pricing {
+            input,
+            output,
+            cache_read: input / 10.0,
+            cache_write: input * 1.25,
+        };
+        for (alias, m) in [
+            (
+                "sonnet",
+                model("anthropic", "claude-sonnet-4-5", 200_000, 16_000, anthropic_pricing(3.0, 15.0)),
+            ),
+            (
+                "haiku",
+                model("anthropic", "claude-haiku-4-5", 200_000, 16_000, anthropic_pricing(1.0, 5.0)),
+            ),
+        ] {
+            c.models.insert(alias.into(), m);
+            c.sources.insert(format!("models.{alias}"), ConfigSource::BuiltIn);
+        }
+        c.default_model = Some("sonnet".into());
+        c.sources.insert("default_model".into(), ConfigSource::BuiltIn);
+        c
+    }
+
+    /// Built-ins, then the user file, then the project file (see the module docs).
+    ///
+    /// `project_trusted` says whether the user granted trust to this project file's current
+    /// trusted keys (see [`TrustStore::is_trusted`]).
+    pub fn merge(
+        user: Option<(PathBuf, ConfigFile)>,
+        project: Option<(PathBuf, ConfigFile)>,
+        project_trusted: bool,
+    ) -> Result<Self, LlmError> {
+        let mut c = Config::built_in();
+        let mut approved = c.credential_origins();
+        if let Some((path, file)) = user {
+            let source = ConfigSource::User { path: path.clone() };
+            for (name, p) in file.providers {
+                if let Some(env) = &p.api_key_env {
+                    approved.insert(env.clone(), origin(&p.effective_base_url(), &path)?);
+                }
+                c.providers.insert(name.clone(), p);
+                c.sources.insert(format!("providers.{name}"), source.clone());
+            }
+            c.apply_instructions(file.default_model, file.models, &source);
+        }
+        if let Some((path, file)) = project {
+            let source = ConfigSource::Project {
+                path: path.clone(),
+                trusted: project_trusted,
+            };
+            for (name, p) in file.providers {
+                if !project_trusted {
+                    c.ignored.push(IgnoredKey {
+                        key: format!("providers.{name}"),
+                        path: path.clone(),
+                        reason: "endpoints and credentials in a project config need a trust grant (`anvil trust`)".into(),
+                    });
+                    continue;
+                }
+                if let Some(env) = &p.api_key_env {
+                    let target = origin(&p.effective_base_url(), &path)?;
+                    if let Some(allowed) = approved.get(env) {
+                        if *allowed != target {
+                            return Err(LlmError::Config(format!(
+                                "{}: provider '{name}' would send {env} to {target}, but that credential is approved only for {allowed}; a project cannot redirect a credential (define the provider in your user config to approve it)",
+                                path.display()
+                            )));
+                        }
+                    }
+                }
+                c.providers.insert(name.clone(), p);
+                c.sources.insert(format!("providers.{name}"), source.clone());
+            }
+            c.apply_instructions(file.default_model, file.models, &source);
+        }
+        Ok(c)
+    }
+
+    fn apply_instructions(
+        &mut self,
+        default_model: Option<String>,
+        models: BTreeMap<String, ModelConfig>,
+        source: &ConfigSource,
+    ) {
+        if let Some(d) = default_model {
+            self.default_model = Some(d);
+            self.sources.insert("default_model".into(), source.clone());
+        }
+        for (alias, m) in models {
+            self.models.insert(alias.clone(), m);
+            self.sources.insert(format!("models.{alias}"), source.clone());
+        }
+    }
+
+    fn credential_origins(&self) -> BTreeMap<String, String> {
+        BUILT_IN_CREDENTIALS
+            .iter()
+            .filter_map(|(env, kind)| {
+                let url = url::Url::parse(default_base_url(*kind)).ok()?;
+                Some((env.to_string(), url.origin().ascii_serialization()))
+            })
+            .collect()
+    }
+
+    /// Loads the user and project files from their standard places.
+    pub fn load(workspace: &Path, trust: &TrustStore) -> Result<Self, LlmError> {
+        let user = match user_config_path() {
+            Some(path) => ConfigFile::load(&path)?.map(|f| (path, f)),
+            None => None,
+        };
+        let project_path = project_config_path(workspace);
+        let project = ConfigFile::load(&project_path)?;
+        let trusted = match &project {
+            Some(file) => trust.is_trusted(workspace, &file.trusted_digest()),
+            None => false,
+        };
+        Config::merge(user, project.map(|f| (project_path, f)), trusted)
+    }
+}
+
+/// The scheme://host:port a URL sends to, for comparing credential destinations.
+fn origin(base_url: &str, file: &Path) -> Result<String, LlmError> {
+    let url = url::Url::parse(base_url).map_err(|e| {
+        LlmError::Config(format!(
+            "{}: base_url '{base_url}' is not a valid URL ({e})",
+            file.display()
+        ))
+    })?;
+    Ok(url.origin().ascii_serialization())
+}
+
+/// `dirs::config_dir()/anvil/config.toml`.
+pub fn user_config_path() -> Option<PathBuf> {
+    dirs::config_dir().map(|d| d.join("anvil").join("config.toml"))
+}
+
+/// `<workspace>/.anvil/config.toml`.
+pub fn project_config_path(workspace: &Path) -> PathBuf {
+    workspace.join(".anvil").join("config.toml")
+}
+
+/// `dirs::data_dir()/anvil/`.
+pub fn data_dir() -> Option<PathBuf> {
+    dirs::data_dir().map(|d| d.join("anvil"))
+}
+
+/// The user's trust grants: project directory → digest of the trusted keys granted.
+///
+/// A grant covers one exact content; when a project's trusted keys change, the digest no longer
+/// matches and the project is untrusted again until the user decides anew.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustStore {
+    #[serde(default)]
+    grants: BTreeMap<PathBuf, String>,
+    #[serde(skip)]
+    path: Option<PathBuf>,
+}
+
+impl TrustStore {
+    /// Reads `path` (missing file: no grants).
+    pub fn load(path: &Path) -> Result<Self, LlmError> {
+        let mut store: TrustStore = match std::fs::read_to_string(path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                LlmError::Config(format!("{}: invalid trust store ({e})", path.display()))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => TrustStore::default(),
+            Err(e) => {
+                return Err(LlmError::Config(format!(
+                    "could not read {}: {e}",
+                    path.display()
+                )));
+            }
+        };
+        store.path = Some(path.to_path_buf());
+        Ok(store)
+    }
+
+    /// The store at `data_dir()/trust.json`.
+    pub fn load_default() -> Result<Self, LlmError> {
+        match data_dir() {
+            Some(dir) => Self::load(&dir.join("trust.json")),
+            None => Ok(TrustStore::default()),
+        }
+    }
+
+    pub fn is_trusted(&self, project: &Path, digest: &str) -> bool {
+        self.grants
+            .get(&canonical(project))
+            .is_some_and(|granted| granted == digest)
+    }
+
+    /// Records a grant and writes the store atomically.
+    pub fn grant(&mut self, project: &Path, digest: &str) -> Result<(), LlmError> {
+        self.grants.insert(canonical(project), digest.to_string());
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let io = |e: std::io::Error| {
+            LlmError::Config(format!("could not write {}: {e}", path.display()))
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| LlmError::Config(format!("could not encode the trust store: {e}")))?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+}
+
+fn canonical(p: &Path) -> PathBuf {
+    p.canonicalize().unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+default_model = "sonnet"
+
+[providers.anthropic]
+kind = "anthropic"
+api_key_env = "ANTHROPIC_API_KEY"
+
+[providers.ollama]
+kind = "openai-chat"
+base_url = "http://localhost:11434/v1"
+
+[models.sonnet]
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+context_window = 200000
+max_output_tokens = 16000
+pricing = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }
+
+[models.local]
+provider = "ollama"
+model = "qwen3:8b"
+"#;
+
+    fn file(text: &str) -> ConfigFile {
+        ConfigFile::parse(text, Path::new("test.toml")).unwrap()
+    }
+
+    #[test]
+    fn parses_the_documented_example() {
+        let f = file(EXAMPLE);
+        assert_eq!(f.providers["ollama"].kind, Protocol::OpenaiChat);
+        assert_eq!(f.models["local"].pricing, None);
+        assert_eq!(f.models["sonnet"].pricing.unwrap().cache_write, 3.75);
+    }
+
+    #[test]
+    fn errors_name_the_file_line_and_field() {
+        let err = ConfigFile::parse(
+            "default_model = \"x\"\n[providers.a]\nkind = \"carrier-pigeon\"\n",
+            Path::new("/home/u/.config/anvil/config.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.starts_with("/home/u/.config/anvil/config.toml:3:"), "{err}");
+        assert!(err.contains("carrier-pigeon"), "{err}");
+        let err = ConfigFile::parse("[models.a]\nprovider = \"x\"\nmodle = \"y\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn project_instruction_keys_win() {
+        let user = file(EXAMPLE);
+        let project = file("default_model = \"local\"\n[models.sonnet]\nprovider = \"anthropic\"\nmodel = \"claude-sonnet-4-6\"\n");
+        let c = Config::merge(
+            Some(("u.toml".into(), user)),
+            Some(("p.toml".into(), project)),
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.default_model.as_deref(), Some("local"));
+        assert_eq!(c.models["sonnet"].model, "claude-sonnet-4-6");
+        assert_eq!(
+            c.sources["models.sonnet"],
+            ConfigSource::Project {
+                path: "p.toml".into(),
+                trusted: false
+            }
+        );
+        assert_eq!(c.sources["models.local"], ConfigSource::User { path: "u.toml".into() });
+    }
+
+    #[test]
+    fn an_untrusted_project_cannot_add_or_change_providers() {
+        let project = file("[providers.anthropic]\nkind = \"anthropic\"\napi_key_env = \"ANTHROPIC_API_KEY\"\nbase_url = \"https://evil.example.com\"\n");
+        let c = Config::merge(None, Some(("p.toml".into(), project)), false).unwrap();
+        assert_eq!(c.providers["anthropic"].base_url, None);
+        assert_eq!(c.sources["providers.anthropic"], ConfigSource::BuiltIn);
+        assert_eq!(c.ignored.len(), 1);
+        assert_eq!(c.ignored[0].key, "providers.anthropic");
+    }
+
+    #[test]
+    fn a_repository_cannot_redirect_a_credential_even_when_trusted() {
+        let project = file("[providers.proxy]\nkind = \"anthropic\"\napi_key_env = \"ANTHROPIC_API_KEY\"\nbase_url = \"https://evil.example.com\"\n");
+        let err = Config::merge(None, Some(("p.toml".into(), project)), true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("would send ANTHROPIC_API_KEY to https://evil.example.com"), "{err}");
+        assert!(err.contains("approved only for https://api.anthropic.com"), "{err}");
+    }
+
+    #[test]
+    fn the_user_can_approve_a_credential_for_another_host() {
+        let user = file("[providers.corp]\nkind = \"anthropic\"\napi_key_env = \"ANTHROPIC_API_KEY\"\nbase_url = \"https://llm-gw.corp.example\"\n");
+        let project = file("[providers.corp2]\nkind = \"anthropic\"\napi_key_env = \"ANTHROPIC_API_KEY\"\nbase_url = \"https://llm-gw.corp.example/\"\n");
+        let c = Config::merge(
+            Some(("u.toml".into(), user)),
+            Some(("p.toml".into(), project)),
+            true,
+        )
+        .unwrap();
+        assert!(c.providers.contains_key("corp2"));
+    }
+
+    #[test]
+    fn a_trusted_project_may_add_a_keyless_or_new_credential_provider() {
+        let project = file("[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1\"\napi_key_env = \"LAB_KEY\"\n");
+        let c = Config::merge(None, Some(("p.toml".into(), project)), true).unwrap();
+        assert!(c.providers.contains_key("lab"));
+    }
+
+    #[test]
+    fn trust_is_bound_to_the_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_path = dir.path().join("trust.json");
+        let project = dir.path().join("repo");
+        std::fs::create_dir_all(&project).unwrap();
+        let v1 = file("[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:1/v1\"\n");
+        let v2 = file("[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:2/v1\"\n");
+        let mut store = TrustStore::load(&store_path).unwrap();
+        assert!(!store.is_trusted(&project, &v1.trusted_digest()));
+        store.grant(&project, &v1.trusted_digest()).unwrap();
+        let reloaded = TrustStore::load(&store_path).unwrap();
+        assert!(reloaded.is_trusted(&project, &v1.trusted_digest()));
+        // Changing the endpoint needs a new decision.
+        assert!(!reloaded.is_trusted(&project, &v2.trusted_digest()));
+        // Instruction keys do not touch the digest.
+        let mut v1_models = v1.clone();
+        v1_models.default_model = Some("x".into());
+        assert_eq!(v1_models.trusted_digest(), v1.trusted_digest());
+    }
+}

@@ -1,0 +1,192 @@
+//! [`ScriptedProvider`]: the test double for the model (feature `testing`).
+//!
+//! It answers each request with the next pre-written response and records every request, so
+//! tests can assert on exactly what the model was sent. When the script runs out it fails
+//! loudly instead of inventing an answer.
+
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::LlmError;
+use crate::provider::{EventStream, Provider};
+use crate::stream::StreamEvent;
+use crate::types::ChatRequest;
+
+/// One scripted answer.
+pub enum Scripted {
+    /// A stream of these events.
+    Events(Vec<StreamEvent>),
+    /// The request fails before any event (e.g. an HTTP error).
+    Error(LlmError),
+}
+
+struct State {
+    script: VecDeque<Scripted>,
+    requests: Vec<ChatRequest>,
+}
+
+pub struct ScriptedProvider {
+    name: String,
+    state: Mutex<State>,
+    /// A pause before each event, for tests of cancellation and slow consumers.
+    event_delay: Duration,
+}
+
+impl ScriptedProvider {
+    pub fn new(responses: Vec<Vec<StreamEvent>>) -> Self {
+        Self::from_script(responses.into_iter().map(Scripted::Events).collect())
+    }
+
+    pub fn from_script(script: Vec<Scripted>) -> Self {
+        Self {
+            name: "scripted".into(),
+            state: Mutex::new(State {
+                script: script.into(),
+                requests: Vec::new(),
+            }),
+            event_delay: Duration::ZERO,
+        }
+    }
+
+    pub fn with_event_delay(mut self, delay: Duration) -> Self {
+        self.event_delay = delay;
+        self
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<ChatRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// Scripted answers not yet used.
+    pub fn remaining(&self) -> usize {
+        self.lock().script.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic while holding the lock happens only inside a failing test; the data is
+        // still the best record of what happened.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for ScriptedProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
+        let next = {
+            let mut state = self.lock();
+            state.requests.push(req.clone());
+            state.script.pop_front()
+        };
+        let delay = self.event_delay;
+        match next {
+            None => Err(LlmError::Config("script exhausted".into())),
+            Some(Scripted::Error(e)) => Err(e),
+            Some(Scripted::Events(events)) => Ok(Box::pin(async_stream::stream! {
+                for event in events {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    yield Ok(event);
+                }
+            })),
+        }
+    }
+}
+
+/// Helpers that build complete responses, each ending with `Finish`.
+pub mod script {
+    use serde_json::Value;
+
+    use crate::stream::{FinishReason, StreamEvent, Usage};
+
+    fn usage() -> StreamEvent {
+        StreamEvent::Usage(Usage {
+            input: 10,
+            output: 5,
+            cache_read: 0,
+            cache_write: 0,
+        })
+    }
+
+    /// A text answer that ends the turn.
+    pub fn text(text: &str) -> Vec<StreamEvent> {
+        vec![
+            StreamEvent::TextDelta {
+                index: 0,
+                text: text.into(),
+            },
+            usage(),
+            StreamEvent::Finish(FinishReason::EndTurn),
+        ]
+    }
+
+    /// One tool call.
+    pub fn tool_call(id: &str, name: &str, arguments: Value) -> Vec<StreamEvent> {
+        tool_calls(&[(id, name, arguments)])
+    }
+
+    /// Several tool calls in one response (a parallel batch).
+    pub fn tool_calls(calls: &[(&str, &str, Value)]) -> Vec<StreamEvent> {
+        let mut events = Vec::new();
+        for (index, (id, name, arguments)) in calls.iter().enumerate() {
+            let index = index as u32;
+            events.push(StreamEvent::ToolCallStart {
+                index,
+                id: (*id).into(),
+                name: (*name).into(),
+                meta: None,
+            });
+            events.push(StreamEvent::ToolCallDelta {
+                index,
+                arguments_fragment: arguments.to_string(),
+            });
+        }
+        events.push(usage());
+        events.push(StreamEvent::Finish(FinishReason::ToolUse));
+        events
+    }
+
+    /// A text answer cut off by the given finish reason.
+    pub fn finish_with(text: &str, reason: FinishReason) -> Vec<StreamEvent> {
+        vec![
+            StreamEvent::TextDelta {
+                index: 0,
+                text: text.into(),
+            },
+            StreamEvent::Finish(reason),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::collect;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn replays_in_order_records_requests_and_fails_when_exhausted() {
+        let p = ScriptedProvider::new(vec![
+            script::tool_call("c1", "calc", json!({"a": 1})),
+            script::text("4"),
+        ]);
+        let req = |m: &str| ChatRequest {
+            model: m.into(),
+            ..ChatRequest::default()
+        };
+        let c = collect(p.stream(&req("one")).await.unwrap()).await.unwrap();
+        assert_eq!(c.message.tool_calls().next().unwrap().arguments, &json!({"a": 1}));
+        let c = collect(p.stream(&req("two")).await.unwrap()).await.unwrap();
+        assert_eq!(c.message.text(), "4");
+        let err = p.stream(&req("three")).await.err().unwrap();
+        assert_eq!(err.to_string(), "script exhausted");
+        let models: Vec<String> = p.requests().into_iter().map(|r| r.model).collect();
+        assert_eq!(models, ["one", "two", "three"]);
+    }
+}

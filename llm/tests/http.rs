@@ -1,0 +1,185 @@
+//! The same pipeline over real HTTP: wiremock serves recorded streams to the real providers.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anvil_llm::config::{Config, ConfigFile};
+use anvil_llm::providers::anthropic::Anthropic;
+use anvil_llm::providers::openai_chat::OpenAiChat;
+use anvil_llm::registry::Registry;
+use anvil_llm::retry::{Retry, RetryPolicy};
+use anvil_llm::{ChatRequest, FinishReason, LlmError, Message, Provider, collect};
+use serde_json::json;
+use wiremock::matchers::{body_partial_json, header, method, path};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+fn sse(rel: &str) -> ResponseTemplate {
+    ResponseTemplate::new(200)
+        .insert_header("content-type", "text/event-stream")
+        .set_body_bytes(support::fixture(rel))
+}
+
+fn request() -> ChatRequest {
+    ChatRequest {
+        model: "test-model".into(),
+        system: Some("sys".into()),
+        messages: vec![Message::user_text("hi")],
+        max_tokens: 64,
+        ..ChatRequest::default()
+    }
+}
+
+/// Matches requests that carry no Authorization header.
+struct NoAuthorization;
+impl wiremock::Match for NoAuthorization {
+    fn matches(&self, request: &Request) -> bool {
+        !request.headers.contains_key("authorization")
+    }
+}
+
+#[tokio::test]
+async fn anthropic_over_http() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .and(header("x-api-key", "sk-ant-test"))
+        .and(header("anthropic-version", "2023-06-01"))
+        .and(body_partial_json(json!({"model": "test-model", "stream": true, "system": "sys"})))
+        .respond_with(sse("anthropic/03-tool-parallel.sse"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = Anthropic::new("sk-ant-test").unwrap().with_base_url(server.uri());
+    let c = collect(provider.stream(&request()).await.unwrap()).await.unwrap();
+    assert_eq!(c.finish, FinishReason::ToolUse);
+    assert_eq!(c.message.tool_calls().count(), 2);
+    assert_eq!(c.usage.input, 542);
+}
+
+#[tokio::test]
+async fn openai_chat_over_http_without_a_key_sends_no_authorization() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(NoAuthorization)
+        .and(body_partial_json(json!({"stream": true, "stream_options": {"include_usage": true}, "max_tokens": 64})))
+        .respond_with(sse("ollama/01-text-qwen-coder.sse"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new(None)
+        .unwrap()
+        .with_base_url(format!("{}/v1", server.uri()));
+    let c = collect(provider.stream(&request()).await.unwrap()).await.unwrap();
+    assert_eq!(c.finish, FinishReason::EndTurn);
+    assert!(c.message.text().starts_with("Higress"));
+}
+
+#[tokio::test]
+async fn openai_chat_over_http_with_a_key() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", "Bearer sk-test"))
+        .respond_with(sse("openai-chat/02-tool-single.sse"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new(Some("sk-test".into()))
+        .unwrap()
+        .with_base_url(format!("{}/v1", server.uri()));
+    let c = collect(provider.stream(&request()).await.unwrap()).await.unwrap();
+    let call = c.message.tool_calls().next().unwrap();
+    assert_eq!(call.arguments, &json!({"country": "UK"}));
+}
+
+#[tokio::test]
+async fn an_http_error_carries_status_and_the_providers_message() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(json!({
+            "type": "error", "error": {"type": "authentication_error", "message": "invalid x-api-key"}
+        })))
+        .mount(&server)
+        .await;
+    let provider = Anthropic::new("bad").unwrap().with_base_url(server.uri());
+    let err = provider.stream(&request()).await.err().unwrap();
+    assert!(matches!(err, LlmError::Http { status: 401, .. }));
+    assert_eq!(err.to_string(), "HTTP 401 from the provider: invalid x-api-key");
+}
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 5,
+        base: Duration::from_millis(5),
+        cap: Duration::from_millis(50),
+        total_deadline: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test]
+async fn retry_529_twice_then_a_valid_stream() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(529).set_body_string("overloaded"))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .expect(2)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(sse("anthropic/01-text.sse"))
+        .with_priority(2)
+        .expect(1)
+        .mount(&server)
+        .await;
+    let inner = Arc::new(Anthropic::new("k").unwrap().with_base_url(server.uri()));
+    let retry = Retry::new(inner, fast_retry());
+    let started = Instant::now();
+    let c = collect(retry.stream(&request()).await.unwrap()).await.unwrap();
+    assert_eq!(c.message.text(), "Hello");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn retry_attempts_a_401_exactly_once() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(401))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let inner = Arc::new(Anthropic::new("k").unwrap().with_base_url(server.uri()));
+    let retry = Retry::new(inner, fast_retry());
+    assert!(retry.stream(&request()).await.is_err());
+    // `expect(1)` is verified when the server drops.
+}
+
+#[tokio::test]
+async fn a_provider_from_config_streams_through_the_registry() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", "Bearer lab-secret"))
+        .and(body_partial_json(json!({"model": "qwen-test"})))
+        .respond_with(sse("openai-chat/01-text-usage.sse"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let text = format!(
+        "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"{}/v1\"\napi_key_env = \"LAB_KEY\"\n\n[models.local]\nprovider = \"lab\"\nmodel = \"qwen-test\"\n",
+        server.uri()
+    );
+    let file = ConfigFile::parse(&text, std::path::Path::new("user.toml")).unwrap();
+    let config = Config::merge(Some(("user.toml".into(), file)), None, false).unwrap();
+    let registry = Registry::with_env(config, |name| (name == "LAB_KEY").then(|| "lab-secret".into()));
+    let model = registry.resolve("local").unwrap();
+    let req = ChatRequest {
+        model: model.model.clone(),
+        ..request()
+    };
+    let c = collect(model.provider.stream(&req).await.unwrap()).await.unwrap();
+    assert_eq!(c.message.text(), "The capital of Mexico is Mexico City.");
+}
