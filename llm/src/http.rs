@@ -1,14 +1,15 @@
-//! The thin I/O wrapper every adapter shares: send a request, check the status, and run the
-//! body through the SSE decoder and the adapter's [`StreamState`].
+//! The thin I/O wrapper every adapter shares: send a request, check the status, and feed the
+//! body through the SSE decoder and the adapter's [`StreamState`] under an idle deadline.
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 
 use crate::error::{LlmError, check_status};
 use crate::protocol::StreamState;
 use crate::provider::EventStream;
-use crate::sse::{SseLimits, sse_events};
+use crate::sse::{SseDecoder, SseLimits};
 
 /// Deadlines and limits for one streaming request. Every wait is finite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +35,7 @@ impl Default for HttpOptions {
 }
 
 impl HttpOptions {
-    /// A client with this connect timeout (rustls, no proxy surprises beyond reqwest's own).
+    /// A client with this connect timeout.
     pub fn client(&self) -> Result<reqwest::Client, LlmError> {
         reqwest::Client::builder()
             .connect_timeout(self.connect_timeout)
@@ -46,7 +47,7 @@ impl HttpOptions {
 /// Sends `request` and returns its canonical event stream.
 pub(crate) async fn send_streaming(
     request: reqwest::RequestBuilder,
-    mut state: Box<dyn StreamState>,
+    state: Box<dyn StreamState>,
     options: &HttpOptions,
 ) -> Result<EventStream, LlmError> {
     let response = match tokio::time::timeout(options.response_timeout, request.send()).await {
@@ -58,19 +59,108 @@ pub(crate) async fn send_streaming(
         }
     };
     let response = check_status(response).await?;
-    let sse = sse_events(response.bytes_stream(), options.sse_limits, options.idle_timeout);
-    Ok(Box::pin(async_stream::try_stream! {
-        let mut sse = std::pin::pin!(sse);
+    Ok(decode_stream(
+        response.bytes_stream(),
+        state,
+        options.sse_limits,
+        options.idle_timeout,
+    ))
+}
+
+/// Decodes a response body into canonical events. A body silent for `idle` ends with
+/// [`LlmError::Stalled`]: the connection is dropped on our side, and nothing is claimed about
+/// whether the provider finished (or billed) the response.
+pub fn decode_stream<S, E>(
+    body: S,
+    mut state: Box<dyn StreamState>,
+    limits: SseLimits,
+    idle: Duration,
+) -> EventStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Into<LlmError> + Send + 'static,
+{
+    Box::pin(async_stream::try_stream! {
+        let mut body = std::pin::pin!(body);
+        let mut decoder = SseDecoder::new(limits);
         let mut out = Vec::new();
-        while let Some(event) = sse.next().await {
-            state.on_sse(&event?, &mut out)?;
-            for e in out.drain(..) {
-                yield e;
+        loop {
+            let chunk = match tokio::time::timeout(idle, body.next()).await {
+                Ok(Some(chunk)) => chunk.map_err(Into::into)?,
+                Ok(None) => break,
+                Err(_) => Err(LlmError::Stalled { idle })?,
+            };
+            decoder.feed(&chunk, &mut |event| state.on_sse(event, &mut out))?;
+            for event in out.drain(..) {
+                yield event;
             }
         }
         state.on_end(&mut out)?;
-        for e in out.drain(..) {
-            yield e;
+        for event in out.drain(..) {
+            yield event;
         }
-    }))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::Protocol;
+    use crate::stream::StreamEvent;
+
+    fn chunk(s: &'static str) -> Result<Bytes, LlmError> {
+        Ok(Bytes::from_static(s.as_bytes()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_ends_at_the_idle_deadline() {
+        let body = futures::stream::iter([chunk(
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n",
+        )])
+        .chain(futures::stream::pending());
+        let state = Protocol::Anthropic.new_state().unwrap();
+        let started = tokio::time::Instant::now();
+        let mut events = decode_stream(body, state, SseLimits::default(), Duration::from_secs(30));
+        assert_eq!(
+            events.next().await.unwrap().unwrap(),
+            StreamEvent::TextDelta {
+                index: 0,
+                text: "hi".into()
+            }
+        );
+        let err = events.next().await.unwrap().unwrap_err();
+        assert!(matches!(err, LlmError::Stalled { idle } if idle == Duration::from_secs(30)));
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+        assert!(events.next().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_but_live_body_is_not_stalled() {
+        let body = async_stream::stream! {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                yield chunk("data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"}}]}\n\n");
+            }
+            yield chunk("data: [DONE]\n\n");
+        };
+        let state = Protocol::OpenaiChat.new_state().unwrap();
+        let stream = decode_stream(body, state, SseLimits::default(), Duration::from_secs(30));
+        let c = crate::builder::collect(stream).await.unwrap();
+        assert_eq!(c.message.text(), "xxxxx");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_line_ends_the_stream_with_a_decode_error() {
+        let body = futures::stream::iter([chunk("data: 0123456789abcdef0123456789")]);
+        let limits = SseLimits {
+            max_line: 16,
+            max_event: 64,
+        };
+        let state = Protocol::OpenaiChat.new_state().unwrap();
+        let mut events = decode_stream(body, state, limits, Duration::from_secs(1));
+        assert!(matches!(
+            events.next().await.unwrap(),
+            Err(LlmError::Decode(m)) if m.contains("16 bytes")
+        ));
+    }
 }

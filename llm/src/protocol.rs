@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::builder::{Completion, MessageBuilder};
 use crate::error::LlmError;
 use crate::providers::{anthropic, openai_chat};
-use crate::sse::{SseDecoder, SseEvent, SseLimits};
+use crate::sse::{SseDecoder, SseEventRef, SseLimits};
 use crate::stream::StreamEvent;
 
 /// A wire protocol. Also the `kind` of a provider in config.
@@ -67,7 +67,7 @@ impl std::fmt::Display for Protocol {
 /// The sans-IO half of an adapter: wire events in, canonical events out.
 pub trait StreamState: Send {
     /// Handles one SSE event, appending what it produces to `out`.
-    fn on_sse(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
+    fn on_sse(&mut self, event: SseEventRef<'_>, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
 
     /// The body ended. Emits whatever the protocol defers to the end (a held finish); emits
     /// nothing when the response was cut short, so the builder reports `UnexpectedEof`.
@@ -87,19 +87,12 @@ pub fn replay_chunks<'a>(
     let mut decoder = SseDecoder::new(SseLimits::default());
     let mut state = protocol.new_state()?;
     let mut builder = MessageBuilder::new();
-    let mut sse = Vec::new();
     let mut events = Vec::new();
     for chunk in chunks {
-        decoder.push_into(chunk, &mut sse)?;
-        for e in sse.drain(..) {
-            state.on_sse(&e, &mut events)?;
-        }
+        decoder.feed(chunk, &mut |e| state.on_sse(e, &mut events))?;
         for e in events.drain(..) {
             builder.push(&e)?;
         }
-    }
-    for e in decoder.finish() {
-        state.on_sse(&e, &mut events)?;
     }
     state.on_end(&mut events)?;
     for e in events.drain(..) {

@@ -10,7 +10,7 @@ use crate::error::LlmError;
 use crate::http::{HttpOptions, send_streaming};
 use crate::protocol::StreamState;
 use crate::provider::{EventStream, Provider};
-use crate::sse::SseEvent;
+use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
 use crate::types::{ChatRequest, ContentBlock, Message, ProviderMeta, Role};
 
@@ -208,8 +208,8 @@ fn require_index(index: Option<u32>, kind: &str) -> Result<u32, LlmError> {
 }
 
 impl StreamState for AnthropicStreamState {
-    fn on_sse(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
-        let wire: WireEvent<'_> = serde_json::from_str(&event.data).map_err(|e| {
+    fn on_sse(&mut self, event: SseEventRef<'_>, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+        let wire: WireEvent<'_> = serde_json::from_str(event.data).map_err(|e| {
             LlmError::decode(format!("invalid JSON in Anthropic event ({e}): {}", event.data))
         })?;
         match wire.kind.as_ref() {
@@ -551,13 +551,7 @@ mod tests {
         let mut state = AnthropicStreamState::default();
         let mut out = Vec::new();
         for data in lines {
-            state.on_sse(
-                &SseEvent {
-                    event: None,
-                    data: (*data).into(),
-                },
-                &mut out,
-            )?;
+            state.on_sse(SseEventRef { event: None, data }, &mut out)?;
         }
         state.on_end(&mut out)?;
         Ok(out)

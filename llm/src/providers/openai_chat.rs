@@ -11,7 +11,7 @@ use crate::error::LlmError;
 use crate::http::{HttpOptions, send_streaming};
 use crate::protocol::StreamState;
 use crate::provider::{EventStream, Provider};
-use crate::sse::SseEvent;
+use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
 use crate::types::{ChatRequest, ContentBlock, Message, Role};
 
@@ -364,7 +364,7 @@ fn api_error(error: &Value) -> LlmError {
 }
 
 impl StreamState for ChatStreamState {
-    fn on_sse(&mut self, event: &SseEvent, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+    fn on_sse(&mut self, event: SseEventRef<'_>, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
         if self.done {
             return Ok(());
         }
@@ -372,7 +372,7 @@ impl StreamState for ChatStreamState {
             self.finish(out);
             return Ok(());
         }
-        let chunk: Chunk<'_> = serde_json::from_str(&event.data).map_err(|e| {
+        let chunk: Chunk<'_> = serde_json::from_str(event.data).map_err(|e| {
             LlmError::decode(format!("invalid JSON in chat completion chunk ({e}): {}", event.data))
         })?;
         if let Some(error) = &chunk.error {
@@ -594,13 +594,7 @@ mod tests {
         let mut state = ChatStreamState::default();
         let mut out = Vec::new();
         for data in chunks {
-            state.on_sse(
-                &SseEvent {
-                    event: None,
-                    data: (*data).into(),
-                },
-                &mut out,
-            )?;
+            state.on_sse(SseEventRef { event: None, data }, &mut out)?;
         }
         state.on_end(&mut out)?;
         let mut b = MessageBuilder::new();
