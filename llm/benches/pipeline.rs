@@ -42,7 +42,9 @@ fn synthetic_response() -> (Vec<u8>, usize) {
             "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"token {i} \"}}     }}\n\n"
         ));
     }
-    body.push_str("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n");
+    body.push_str(
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    );
     body.push_str("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":100000}}\n\n");
     body.push_str("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n");
     (body.into_bytes(), DELTAS + 5)

@@ -90,50 +90,52 @@ impl MessageBuilder {
         }
         match event {
             StreamEvent::TextDelta { index, text } => {
-                match self.slots.entry(*index).or_insert_with(|| Slot::Text(String::new())) {
+                match self
+                    .slots
+                    .entry(*index)
+                    .or_insert_with(|| Slot::Text(String::new()))
+                {
                     Slot::Text(buf) => buf.push_str(text),
                     other => return Err(kind_conflict(*index, "text", other)),
                 }
             }
-            StreamEvent::ReasoningDelta { index, text } => match self
-                .slots
-                .entry(*index)
-                .or_insert_with(|| Slot::Reasoning {
+            StreamEvent::ReasoningDelta { index, text } => {
+                match self.slots.entry(*index).or_insert_with(|| Slot::Reasoning {
                     text: String::new(),
                     meta: None,
                     done: false,
                 }) {
-                Slot::Reasoning { done: true, .. } => {
-                    return Err(LlmError::Decode(format!(
-                        "reasoning delta for block {index}, which already ended"
-                    )));
+                    Slot::Reasoning { done: true, .. } => {
+                        return Err(LlmError::Decode(format!(
+                            "reasoning delta for block {index}, which already ended"
+                        )));
+                    }
+                    Slot::Reasoning { text: buf, .. } => buf.push_str(text),
+                    other => return Err(kind_conflict(*index, "reasoning", other)),
                 }
-                Slot::Reasoning { text: buf, .. } => buf.push_str(text),
-                other => return Err(kind_conflict(*index, "reasoning", other)),
-            },
-            StreamEvent::ReasoningDone { index, meta } => match self
-                .slots
-                .entry(*index)
-                .or_insert_with(|| Slot::Reasoning {
+            }
+            StreamEvent::ReasoningDone { index, meta } => {
+                match self.slots.entry(*index).or_insert_with(|| Slot::Reasoning {
                     text: String::new(),
                     meta: None,
                     done: false,
                 }) {
-                Slot::Reasoning { done: true, .. } => {
-                    return Err(LlmError::Decode(format!(
-                        "reasoning block {index} ended twice"
-                    )));
+                    Slot::Reasoning { done: true, .. } => {
+                        return Err(LlmError::Decode(format!(
+                            "reasoning block {index} ended twice"
+                        )));
+                    }
+                    Slot::Reasoning {
+                        meta: slot_meta,
+                        done,
+                        ..
+                    } => {
+                        *slot_meta = meta.clone();
+                        *done = true;
+                    }
+                    other => return Err(kind_conflict(*index, "reasoning", other)),
                 }
-                Slot::Reasoning {
-                    meta: slot_meta,
-                    done,
-                    ..
-                } => {
-                    *slot_meta = meta.clone();
-                    *done = true;
-                }
-                other => return Err(kind_conflict(*index, "reasoning", other)),
-            },
+            }
             StreamEvent::ToolCallStart {
                 index,
                 id,
@@ -377,8 +379,12 @@ mod tests {
 
     #[test]
     fn invalid_arguments_are_kept_as_a_string() {
-        let c = build(&[start(0, "a"), delta(0, "not json"), finish(FinishReason::ToolUse)])
-            .unwrap();
+        let c = build(&[
+            start(0, "a"),
+            delta(0, "not json"),
+            finish(FinishReason::ToolUse),
+        ])
+        .unwrap();
         assert_eq!(c.message.content, vec![call("a", json!("not json"))]);
     }
 

@@ -80,7 +80,9 @@ fn summarize_body(body: &str) -> String {
     let message = serde_json::from_str::<serde_json::Value>(body)
         .ok()
         .and_then(|v| {
-            let m = v.pointer("/error/message").or_else(|| v.pointer("/message"))?;
+            let m = v
+                .pointer("/error/message")
+                .or_else(|| v.pointer("/message"))?;
             m.as_str().map(str::to_owned)
         });
     let text = message.unwrap_or_else(|| body.trim().to_string());
@@ -169,7 +171,10 @@ mod tests {
             body: r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#.into(),
             retry_after: None,
         };
-        assert_eq!(e.to_string(), "HTTP 401 from the provider: invalid x-api-key");
+        assert_eq!(
+            e.to_string(),
+            "HTTP 401 from the provider: invalid x-api-key"
+        );
     }
 
     #[test]
@@ -180,7 +185,10 @@ mod tests {
         h.insert("retry-after-ms", "250".parse().unwrap());
         assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
         let mut bad = reqwest::header::HeaderMap::new();
-        bad.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        bad.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
         assert_eq!(retry_after(&bad), None);
     }
 }

@@ -34,9 +34,14 @@ pub enum TranscriptError {
     Empty,
     #[error("message 0 is from the {role:?}; a transcript must start with a user message")]
     FirstNotUser { role: Role },
-    #[error("message {index} is from the {role:?}, like the message before it; roles must alternate")]
+    #[error(
+        "message {index} is from the {role:?}, like the message before it; roles must alternate"
+    )]
     RolesNotAlternating { index: usize, role: Role },
-    #[error("message {index} ({role:?}) holds a {kind} block{}; tool calls belong to assistant messages and tool results to user messages", id_suffix(id))]
+    #[error(
+        "message {index} ({role:?}) holds a {kind} block{}; tool calls belong to assistant messages and tool results to user messages",
+        id_suffix(id)
+    )]
     MisplacedBlock {
         index: usize,
         role: Role,
@@ -55,12 +60,16 @@ pub enum TranscriptError {
     MissingResult { index: usize, id: String },
     #[error("message {index} answers tool call '{id}' more than once")]
     DuplicateResult { index: usize, id: String },
-    #[error("message {index} holds a tool result for '{id}', which the previous message did not call")]
+    #[error(
+        "message {index} holds a tool result for '{id}', which the previous message did not call"
+    )]
     OrphanResult { index: usize, id: String },
 }
 
 fn id_suffix(id: &Option<String>) -> String {
-    id.as_ref().map(|id| format!(" with id '{id}'")).unwrap_or_default()
+    id.as_ref()
+        .map(|id| format!(" with id '{id}'"))
+        .unwrap_or_default()
 }
 
 /// Checks the transcript invariant (see the module docs).

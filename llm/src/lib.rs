@@ -5,35 +5,35 @@
 //! depend on another anvil crate.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-/// The canonical model: messages, content blocks, tool specs, requests.
-pub mod types;
-/// Transcript integrity: the invariant every request satisfies.
-pub mod integrity;
-/// The stream vocabulary: StreamEvent, Usage, FinishReason.
-pub mod stream;
-/// LlmError and the HTTP status check.
-pub mod error;
-/// The Provider trait and EventStream.
-pub mod provider;
-/// Server-sent events: the sans-IO decoder and its async wrapper.
-pub mod sse;
 /// MessageBuilder, Completion and `collect`.
 pub mod builder;
-/// Wire protocols, the StreamState trait and in-memory replay.
-pub mod protocol;
-/// The HTTP glue shared by every adapter.
-pub mod http;
-/// One adapter per wire protocol.
-pub mod providers;
-/// The retry decorator.
-pub mod retry;
 /// Config files, trust, and where they live.
 pub mod config;
+/// LlmError and the HTTP status check.
+pub mod error;
+/// The HTTP glue shared by every adapter.
+pub mod http;
+/// Transcript integrity: the invariant every request satisfies.
+pub mod integrity;
+/// Wire protocols, the StreamState trait and in-memory replay.
+pub mod protocol;
+/// The Provider trait and EventStream.
+pub mod provider;
+/// One adapter per wire protocol.
+pub mod providers;
 /// Resolving a model alias into a ready provider.
 pub mod registry;
+/// The retry decorator.
+pub mod retry;
+/// Server-sent events: the sans-IO decoder and its async wrapper.
+pub mod sse;
+/// The stream vocabulary: StreamEvent, Usage, FinishReason.
+pub mod stream;
 /// ScriptedProvider, the test double for the model.
 #[cfg(feature = "testing")]
 pub mod testing;
+/// The canonical model: messages, content blocks, tool specs, requests.
+pub mod types;
 
 pub use builder::{Completion, MessageBuilder, collect};
 pub use error::LlmError;

@@ -67,7 +67,11 @@ impl std::fmt::Display for Protocol {
 /// The sans-IO half of an adapter: wire events in, canonical events out.
 pub trait StreamState: Send {
     /// Handles one SSE event, appending what it produces to `out`.
-    fn on_sse(&mut self, event: SseEventRef<'_>, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
+    fn on_sse(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), LlmError>;
 
     /// The body ended. Emits whatever the protocol defers to the end (a held finish); emits
     /// nothing when the response was cut short, so the builder reports `UnexpectedEof`.

@@ -136,7 +136,9 @@ impl Registry {
         })?;
         let provider = self.build_provider(&model_config.provider, provider_config)?;
         let limits = ModelLimits {
-            context_window: model_config.context_window.unwrap_or(DEFAULT_CONTEXT_WINDOW),
+            context_window: model_config
+                .context_window
+                .unwrap_or(DEFAULT_CONTEXT_WINDOW),
             max_output_tokens: model_config
                 .max_output_tokens
                 .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
@@ -230,7 +232,9 @@ mod tests {
         let file = ConfigFile::parse(user, Path::new("u.toml")).unwrap();
         let config = Config::merge(Some(("u.toml".into(), file)), None, false).unwrap();
         Registry::with_env(config, move |name| {
-            env.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string())
+            env.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.to_string())
         })
     }
 
@@ -267,7 +271,10 @@ mod tests {
             &[],
         );
         let err = reg.resolve("sonet").unwrap_err().to_string();
-        assert!(err.starts_with("unknown model 'sonet'; available aliases: haiku, local, sonnet"), "{err}");
+        assert!(
+            err.starts_with("unknown model 'sonet'; available aliases: haiku, local, sonnet"),
+            "{err}"
+        );
         let err = reg.resolve("nope:model").unwrap_err().to_string();
         assert!(err.contains("unknown provider 'nope'"), "{err}");
     }

@@ -384,8 +384,14 @@ mod tests {
 
     #[test]
     fn incomplete_event_at_eof_is_discarded() {
-        assert_eq!(assert_chunking_invariant(b"data: a\n\ndata: b\n"), vec![ev(None, "a")]);
-        assert_eq!(assert_chunking_invariant(b"data: a\n\ndata: b"), vec![ev(None, "a")]);
+        assert_eq!(
+            assert_chunking_invariant(b"data: a\n\ndata: b\n"),
+            vec![ev(None, "a")]
+        );
+        assert_eq!(
+            assert_chunking_invariant(b"data: a\n\ndata: b"),
+            vec![ev(None, "a")]
+        );
     }
 
     #[test]
@@ -410,10 +416,7 @@ mod tests {
         let mut d = SseDecoder::new(limits);
         assert!(d.push(b"data: 0123456789").is_ok());
         // Never terminated: the decoder refuses as soon as the line passes the limit.
-        assert_eq!(
-            d.push(b"abcdef"),
-            Err(SseError::LineTooLong { limit: 16 })
-        );
+        assert_eq!(d.push(b"abcdef"), Err(SseError::LineTooLong { limit: 16 }));
         assert!(d.partial.capacity() < 1024);
         // A complete oversized line in one chunk is refused too.
         let mut d = SseDecoder::new(limits);

@@ -67,7 +67,9 @@ impl ScriptedProvider {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         // A panic while holding the lock happens only inside a failing test; the data is
         // still the best record of what happened.
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -181,7 +183,10 @@ mod tests {
             ..ChatRequest::default()
         };
         let c = collect(p.stream(&req("one")).await.unwrap()).await.unwrap();
-        assert_eq!(c.message.tool_calls().next().unwrap().arguments, &json!({"a": 1}));
+        assert_eq!(
+            c.message.tool_calls().next().unwrap().arguments,
+            &json!({"a": 1})
+        );
         let c = collect(p.stream(&req("two")).await.unwrap()).await.unwrap();
         assert_eq!(c.message.text(), "4");
         let err = p.stream(&req("three")).await.err().unwrap();

@@ -76,7 +76,11 @@ impl ContentBlock {
         ContentBlock::Text { text: text.into() }
     }
 
-    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+    pub fn tool_result(
+        call_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
         ContentBlock::ToolResult {
             call_id: call_id.into(),
             content: content.into(),

@@ -58,7 +58,11 @@ fn expectation(dir: &str, file: &str) -> Option<(Protocol, Expect)> {
         ("anthropic", "02-tool-single.sse") => Done {
             text: Text::Exact(""),
             reasoning: &[],
-            calls: &[("toolu_01CzN6riCPqw4pVSuTd9Dwn7", "pelican_name_generator", "{}")],
+            calls: &[(
+                "toolu_01CzN6riCPqw4pVSuTd9Dwn7",
+                "pelican_name_generator",
+                "{}",
+            )],
             finish: ToolUse,
             usage: usage(543, 40, 0, 0),
         },
@@ -66,8 +70,16 @@ fn expectation(dir: &str, file: &str) -> Option<(Protocol, Expect)> {
             text: Text::Exact(""),
             reasoning: &[],
             calls: &[
-                ("toolu_01LtHJmixrs9NcWQkK8hu8hj", "pelican_name_generator", "{}"),
-                ("toolu_01N8a4jWyf116qKTMqKKmjyt", "pelican_name_generator", "{}"),
+                (
+                    "toolu_01LtHJmixrs9NcWQkK8hu8hj",
+                    "pelican_name_generator",
+                    "{}",
+                ),
+                (
+                    "toolu_01N8a4jWyf116qKTMqKKmjyt",
+                    "pelican_name_generator",
+                    "{}",
+                ),
             ],
             finish: ToolUse,
             usage: usage(542, 62, 0, 0),
@@ -76,7 +88,10 @@ fn expectation(dir: &str, file: &str) -> Option<(Protocol, Expect)> {
             text: Text::Exact(
                 "1. **Pouch** - references their iconic bill pouch\n2. **Pelé** - playful take on \"pelican\"",
             ),
-            reasoning: &[Reasoning("The user wants two names for a pet pelican", Some("signature"))],
+            reasoning: &[Reasoning(
+                "The user wants two names for a pet pelican",
+                Some("signature"),
+            )],
             calls: &[],
             finish: EndTurn,
             usage: usage(46, 133, 0, 0),
@@ -119,7 +134,11 @@ fn expectation(dir: &str, file: &str) -> Option<(Protocol, Expect)> {
         ("openai-chat", "02-tool-single.sse") => Done {
             text: Text::Exact(""),
             reasoning: &[],
-            calls: &[("call_ZR5UUuTt3pf61kjwAJIYdVMj", "get_capital", r#"{"country":"UK"}"#)],
+            calls: &[(
+                "call_ZR5UUuTt3pf61kjwAJIYdVMj",
+                "get_capital",
+                r#"{"country":"UK"}"#,
+            )],
             finish: ToolUse,
             usage: usage(53, 15, 0, 0),
         },
@@ -136,7 +155,11 @@ fn expectation(dir: &str, file: &str) -> Option<(Protocol, Expect)> {
         ("openai-chat", "05-tool-then-text.sse") => Done {
             text: Text::Exact(""),
             reasoning: &[],
-            calls: &[("call_1EYWDzueHEp8OsB8jJSEp7WB", "multiply", r#"{"a":1231,"b":2331}"#)],
+            calls: &[(
+                "call_1EYWDzueHEp8OsB8jJSEp7WB",
+                "multiply",
+                r#"{"a":1231,"b":2331}"#,
+            )],
             finish: ToolUse,
             usage: usage(54, 20, 0, 0),
         },
@@ -179,7 +202,10 @@ fn check(dir: &str, file: &str, result: Result<Completion, LlmError>, expect: &E
     let at = format!("{dir}/{file}");
     match expect {
         Expect::ApiError { kind, message } => match result {
-            Err(LlmError::Api { kind: k, message: m }) => {
+            Err(LlmError::Api {
+                kind: k,
+                message: m,
+            }) => {
                 assert_eq!((k.as_str(), m.as_str()), (*kind, *message), "{at}");
             }
             other => panic!("{at}: expected an Api error, got {other:?}"),
@@ -195,7 +221,11 @@ fn check(dir: &str, file: &str, result: Result<Completion, LlmError>, expect: &E
             let got = c.message.text();
             match text {
                 Text::Exact(t) => assert_eq!(got, *t, "{at}: text"),
-                Text::Bounds { starts, ends, chars } => {
+                Text::Bounds {
+                    starts,
+                    ends,
+                    chars,
+                } => {
                     assert!(got.starts_with(starts), "{at}: text starts {got:?}");
                     assert!(got.ends_with(ends), "{at}: text ends {got:?}");
                     if *chars > 0 {
@@ -214,12 +244,21 @@ fn check(dir: &str, file: &str, result: Result<Completion, LlmError>, expect: &E
                     _ => None,
                 })
                 .collect();
-            assert_eq!(got_reasoning.len(), reasoning.len(), "{at}: reasoning blocks");
-            for ((got_text, got_meta), Reasoning(starts, key)) in got_reasoning.iter().zip(*reasoning) {
+            assert_eq!(
+                got_reasoning.len(),
+                reasoning.len(),
+                "{at}: reasoning blocks"
+            );
+            for ((got_text, got_meta), Reasoning(starts, key)) in
+                got_reasoning.iter().zip(*reasoning)
+            {
                 assert!(got_text.starts_with(starts), "{at}: reasoning {got_text:?}");
                 if let Some(key) = key {
                     let value = got_meta.and_then(|m| m.get(*key)).and_then(Value::as_str);
-                    assert!(value.is_some_and(|v| v.len() > 20), "{at}: reasoning meta {key}");
+                    assert!(
+                        value.is_some_and(|v| v.len() > 20),
+                        "{at}: reasoning meta {key}"
+                    );
                 }
             }
             let got_calls: Vec<(String, String, Value)> = c
@@ -230,7 +269,11 @@ fn check(dir: &str, file: &str, result: Result<Completion, LlmError>, expect: &E
             let want_calls: Vec<(String, String, Value)> = calls
                 .iter()
                 .map(|(id, name, args)| {
-                    (id.to_string(), name.to_string(), serde_json::from_str(args).unwrap())
+                    (
+                        id.to_string(),
+                        name.to_string(),
+                        serde_json::from_str(args).unwrap(),
+                    )
                 })
                 .collect();
             assert_eq!(got_calls, want_calls, "{at}: tool calls");
@@ -258,7 +301,10 @@ fn every_recorded_stream_replays_to_its_canonical_result() {
             checked += 1;
         }
     }
-    assert_eq!(checked, 14, "the fixture set changed; review the expectations");
+    assert_eq!(
+        checked, 14,
+        "the fixture set changed; review the expectations"
+    );
 }
 
 #[test]

@@ -46,13 +46,19 @@ async fn anthropic_over_http() {
         .and(path("/v1/messages"))
         .and(header("x-api-key", "sk-ant-test"))
         .and(header("anthropic-version", "2023-06-01"))
-        .and(body_partial_json(json!({"model": "test-model", "stream": true, "system": "sys"})))
+        .and(body_partial_json(
+            json!({"model": "test-model", "stream": true, "system": "sys"}),
+        ))
         .respond_with(sse("anthropic/03-tool-parallel.sse"))
         .expect(1)
         .mount(&server)
         .await;
-    let provider = Anthropic::new("sk-ant-test").unwrap().with_base_url(server.uri());
-    let c = collect(provider.stream(&request()).await.unwrap()).await.unwrap();
+    let provider = Anthropic::new("sk-ant-test")
+        .unwrap()
+        .with_base_url(server.uri());
+    let c = collect(provider.stream(&request()).await.unwrap())
+        .await
+        .unwrap();
     assert_eq!(c.finish, FinishReason::ToolUse);
     assert_eq!(c.message.tool_calls().count(), 2);
     assert_eq!(c.usage.input, 542);
@@ -64,7 +70,9 @@ async fn openai_chat_over_http_without_a_key_sends_no_authorization() {
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .and(NoAuthorization)
-        .and(body_partial_json(json!({"stream": true, "stream_options": {"include_usage": true}, "max_tokens": 64})))
+        .and(body_partial_json(
+            json!({"stream": true, "stream_options": {"include_usage": true}, "max_tokens": 64}),
+        ))
         .respond_with(sse("ollama/01-text-qwen-coder.sse"))
         .expect(1)
         .mount(&server)
@@ -72,7 +80,9 @@ async fn openai_chat_over_http_without_a_key_sends_no_authorization() {
     let provider = OpenAiChat::new(None)
         .unwrap()
         .with_base_url(format!("{}/v1", server.uri()));
-    let c = collect(provider.stream(&request()).await.unwrap()).await.unwrap();
+    let c = collect(provider.stream(&request()).await.unwrap())
+        .await
+        .unwrap();
     assert_eq!(c.finish, FinishReason::EndTurn);
     assert!(c.message.text().starts_with("Higress"));
 }
@@ -90,7 +100,9 @@ async fn openai_chat_over_http_with_a_key() {
     let provider = OpenAiChat::new(Some("sk-test".into()))
         .unwrap()
         .with_base_url(format!("{}/v1", server.uri()));
-    let c = collect(provider.stream(&request()).await.unwrap()).await.unwrap();
+    let c = collect(provider.stream(&request()).await.unwrap())
+        .await
+        .unwrap();
     let call = c.message.tool_calls().next().unwrap();
     assert_eq!(call.arguments, &json!({"country": "UK"}));
 }
@@ -107,7 +119,10 @@ async fn an_http_error_carries_status_and_the_providers_message() {
     let provider = Anthropic::new("bad").unwrap().with_base_url(server.uri());
     let err = provider.stream(&request()).await.err().unwrap();
     assert!(matches!(err, LlmError::Http { status: 401, .. }));
-    assert_eq!(err.to_string(), "HTTP 401 from the provider: invalid x-api-key");
+    assert_eq!(
+        err.to_string(),
+        "HTTP 401 from the provider: invalid x-api-key"
+    );
 }
 
 fn fast_retry() -> RetryPolicy {
@@ -138,7 +153,9 @@ async fn retry_529_twice_then_a_valid_stream() {
     let inner = Arc::new(Anthropic::new("k").unwrap().with_base_url(server.uri()));
     let retry = Retry::new(inner, fast_retry());
     let started = Instant::now();
-    let c = collect(retry.stream(&request()).await.unwrap()).await.unwrap();
+    let c = collect(retry.stream(&request()).await.unwrap())
+        .await
+        .unwrap();
     assert_eq!(c.message.text(), "Hello");
     assert!(started.elapsed() < Duration::from_secs(1));
 }
@@ -174,12 +191,16 @@ async fn a_provider_from_config_streams_through_the_registry() {
     );
     let file = ConfigFile::parse(&text, std::path::Path::new("user.toml")).unwrap();
     let config = Config::merge(Some(("user.toml".into(), file)), None, false).unwrap();
-    let registry = Registry::with_env(config, |name| (name == "LAB_KEY").then(|| "lab-secret".into()));
+    let registry = Registry::with_env(config, |name| {
+        (name == "LAB_KEY").then(|| "lab-secret".into())
+    });
     let model = registry.resolve("local").unwrap();
     let req = ChatRequest {
         model: model.model.clone(),
         ..request()
     };
-    let c = collect(model.provider.stream(&req).await.unwrap()).await.unwrap();
+    let c = collect(model.provider.stream(&req).await.unwrap())
+        .await
+        .unwrap();
     assert_eq!(c.message.text(), "The capital of Mexico is Mexico City.");
 }

@@ -177,7 +177,9 @@ struct WireError {
 #[derive(Debug)]
 enum OpenBlock {
     Text,
-    Thinking { signature: Option<String> },
+    Thinking {
+        signature: Option<String>,
+    },
     ToolUse {
         /// `input` given whole at the start (some compatible servers send no deltas).
         initial_input: Option<String>,
@@ -208,9 +210,16 @@ fn require_index(index: Option<u32>, kind: &str) -> Result<u32, LlmError> {
 }
 
 impl StreamState for AnthropicStreamState {
-    fn on_sse(&mut self, event: SseEventRef<'_>, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+    fn on_sse(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), LlmError> {
         let wire: WireEvent<'_> = serde_json::from_str(event.data).map_err(|e| {
-            LlmError::decode(format!("invalid JSON in Anthropic event ({e}): {}", event.data))
+            LlmError::decode(format!(
+                "invalid JSON in Anthropic event ({e}): {}",
+                event.data
+            ))
         })?;
         match wire.kind.as_ref() {
             "message_start" => {
@@ -234,9 +243,8 @@ impl StreamState for AnthropicStreamState {
                         OpenBlock::Text
                     }
                     Some("tool_use") => {
-                        let field = |name: &str| {
-                            block.get(name).and_then(Value::as_str).map(str::to_owned)
-                        };
+                        let field =
+                            |name: &str| block.get(name).and_then(Value::as_str).map(str::to_owned);
                         let (Some(id), Some(name)) = (field("id"), field("name")) else {
                             return Err(LlmError::decode(format!(
                                 "tool_use block {index} started without an id or a name"
@@ -299,7 +307,8 @@ impl StreamState for AnthropicStreamState {
                         }
                     }
                     Some("input_json_delta") => {
-                        if let Some(OpenBlock::ToolUse { saw_delta, .. }) = self.open.get_mut(&index)
+                        if let Some(OpenBlock::ToolUse { saw_delta, .. }) =
+                            self.open.get_mut(&index)
                         {
                             *saw_delta = true;
                         }
@@ -319,8 +328,7 @@ impl StreamState for AnthropicStreamState {
                         }
                     }
                     Some("signature_delta") => {
-                        if let Some(OpenBlock::Thinking { signature }) = self.open.get_mut(&index)
-                        {
+                        if let Some(OpenBlock::Thinking { signature }) = self.open.get_mut(&index) {
                             *signature = delta.signature;
                         }
                     }
@@ -333,9 +341,8 @@ impl StreamState for AnthropicStreamState {
                     Some(OpenBlock::Thinking { signature }) => {
                         out.push(StreamEvent::ReasoningDone {
                             index,
-                            meta: signature.map(|s| {
-                                ProviderMeta::new(META_PROVIDER, json!({"signature": s}))
-                            }),
+                            meta: signature
+                                .map(|s| ProviderMeta::new(META_PROVIDER, json!({"signature": s}))),
                         });
                     }
                     Some(OpenBlock::ToolUse {
@@ -345,8 +352,8 @@ impl StreamState for AnthropicStreamState {
                         index,
                         arguments_fragment: input,
                     }),
-                    Some(OpenBlock::ToolUse { .. } | OpenBlock::Text | OpenBlock::Other)
-                    | None => {}
+                    Some(OpenBlock::ToolUse { .. } | OpenBlock::Text | OpenBlock::Other) | None => {
+                    }
                 }
             }
             "message_delta" => {
@@ -462,7 +469,10 @@ mod tests {
             messages: vec![
                 Message::new(
                     Role::User,
-                    vec![ContentBlock::text("Weather in Oslo?"), ContentBlock::text("")],
+                    vec![
+                        ContentBlock::text("Weather in Oslo?"),
+                        ContentBlock::text(""),
+                    ],
                 ),
                 Message::new(
                     Role::Assistant,
@@ -559,7 +569,10 @@ mod tests {
 
     #[test]
     fn an_invented_event_type_is_ignored() {
-        assert_eq!(feed(&[r#"{"type":"brand_new_event","x":1}"#]).unwrap(), vec![]);
+        assert_eq!(
+            feed(&[r#"{"type":"brand_new_event","x":1}"#]).unwrap(),
+            vec![]
+        );
     }
 
     #[test]

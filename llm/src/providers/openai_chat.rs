@@ -108,7 +108,9 @@ fn user_to_wire(m: &Message, out: &mut Vec<Value>) {
                     "url": format!("data:{media_type};base64,{data}")
                 }}));
             }
-            ContentBlock::Text { .. } | ContentBlock::Reasoning { .. } | ContentBlock::ToolCall { .. } => {}
+            ContentBlock::Text { .. }
+            | ContentBlock::Reasoning { .. }
+            | ContentBlock::ToolCall { .. } => {}
         }
     }
     if parts.is_empty() {
@@ -271,12 +273,20 @@ impl ChatStreamState {
         out.push(StreamEvent::Finish(reason));
     }
 
-    fn on_tool_fragment(&mut self, position: usize, frag: ToolCallFragment, out: &mut Vec<StreamEvent>) {
+    fn on_tool_fragment(
+        &mut self,
+        position: usize,
+        frag: ToolCallFragment,
+        out: &mut Vec<StreamEvent>,
+    ) {
         let wire_index = frag.index.unwrap_or(position as u32);
         let index = FIRST_TOOL_BLOCK + wire_index;
         let slot = self.tools.entry(wire_index).or_default();
         let (name, arguments) = match frag.function {
-            Some(f) => (f.name.filter(|n| !n.is_empty()), f.arguments.unwrap_or_default()),
+            Some(f) => (
+                f.name.filter(|n| !n.is_empty()),
+                f.arguments.unwrap_or_default(),
+            ),
             None => (None, String::new()),
         };
         if slot.id.is_none() {
@@ -364,7 +374,11 @@ fn api_error(error: &Value) -> LlmError {
 }
 
 impl StreamState for ChatStreamState {
-    fn on_sse(&mut self, event: SseEventRef<'_>, out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+    fn on_sse(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), LlmError> {
         if self.done {
             return Ok(());
         }
@@ -373,7 +387,10 @@ impl StreamState for ChatStreamState {
             return Ok(());
         }
         let chunk: Chunk<'_> = serde_json::from_str(event.data).map_err(|e| {
-            LlmError::decode(format!("invalid JSON in chat completion chunk ({e}): {}", event.data))
+            LlmError::decode(format!(
+                "invalid JSON in chat completion chunk ({e}): {}",
+                event.data
+            ))
         })?;
         if let Some(error) = &chunk.error {
             return Err(api_error(error));
@@ -384,7 +401,11 @@ impl StreamState for ChatStreamState {
                 continue;
             }
             if let Some(delta) = choice.delta {
-                if let Some(r) = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty()) {
+                if let Some(r) = delta
+                    .reasoning_content
+                    .or(delta.reasoning)
+                    .filter(|r| !r.is_empty())
+                {
                     out.push(StreamEvent::ReasoningDelta {
                         index: REASONING_BLOCK,
                         text: r.into_owned(),
@@ -550,7 +571,10 @@ mod tests {
         insta::assert_json_snapshot!(wire);
         let msgs = wire["messages"].as_array().unwrap();
         let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
-        assert_eq!(roles, ["system", "user", "assistant", "tool", "tool", "user"]);
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "tool", "tool", "user"]
+        );
         assert_eq!(msgs[4]["content"], "ERROR: city not found");
         assert!(!wire.to_string().contains("dropped"));
     }
@@ -580,12 +604,19 @@ mod tests {
     #[test]
     fn max_tokens_field_follows_the_target() {
         let req = ChatRequest::default();
-        assert!(to_wire(&req, MaxTokensField::default_for(DEFAULT_BASE_URL))
-            .get("max_completion_tokens")
-            .is_some());
-        assert!(to_wire(&req, MaxTokensField::default_for("http://localhost:11434/v1"))
+        assert!(
+            to_wire(&req, MaxTokensField::default_for(DEFAULT_BASE_URL))
+                .get("max_completion_tokens")
+                .is_some()
+        );
+        assert!(
+            to_wire(
+                &req,
+                MaxTokensField::default_for("http://localhost:11434/v1")
+            )
             .get("max_tokens")
-            .is_some());
+            .is_some()
+        );
     }
 
     // ---- the quirks table, row by row ----
@@ -636,7 +667,10 @@ mod tests {
             .filter(|e| matches!(e, StreamEvent::ToolCallStart { .. }))
             .count();
         assert_eq!(starts, 1);
-        assert_eq!(c.message.content, vec![call("call_abcdefgh", "f", json!({"a": 1}))]);
+        assert_eq!(
+            c.message.content,
+            vec![call("call_abcdefgh", "f", json!({"a": 1}))]
+        );
         assert_eq!(c.finish, FinishReason::ToolUse);
     }
 
@@ -649,7 +683,10 @@ mod tests {
             "[DONE]",
         ])
         .unwrap();
-        assert_eq!(c.message.content, vec![call("call_abcdefgh", "f", json!({"a": 1}))]);
+        assert_eq!(
+            c.message.content,
+            vec![call("call_abcdefgh", "f", json!({"a": 1}))]
+        );
     }
 
     #[test]
@@ -668,9 +705,16 @@ mod tests {
 
     #[test]
     fn quirk_whole_arguments_in_one_chunk() {
-        let (events, c) = run(&[&tc(0, Some("call_12345678"), Some("f"), "{\"x\":[1,2]}"), &fin("tool_calls")]).unwrap();
+        let (events, c) = run(&[
+            &tc(0, Some("call_12345678"), Some("f"), "{\"x\":[1,2]}"),
+            &fin("tool_calls"),
+        ])
+        .unwrap();
         assert_eq!(events.len(), 3); // start, one delta, finish
-        assert_eq!(c.message.content, vec![call("call_12345678", "f", json!({"x": [1, 2]}))]);
+        assert_eq!(
+            c.message.content,
+            vec![call("call_12345678", "f", json!({"x": [1, 2]}))]
+        );
     }
 
     #[test]
@@ -694,7 +738,12 @@ mod tests {
 
     #[test]
     fn quirk_stop_with_a_tool_call_is_tool_use() {
-        let (_, c) = run(&[&tc(0, Some("call_12345678"), Some("f"), "{}"), &fin("stop"), "[DONE]"]).unwrap();
+        let (_, c) = run(&[
+            &tc(0, Some("call_12345678"), Some("f"), "{}"),
+            &fin("stop"),
+            "[DONE]",
+        ])
+        .unwrap();
         assert_eq!(c.finish, FinishReason::ToolUse);
     }
 
@@ -710,14 +759,21 @@ mod tests {
         // Usage is emitted before Finish, and Finish is last.
         let n = events.len();
         assert!(matches!(events[n - 2], StreamEvent::Usage(_)));
-        assert!(matches!(events[n - 1], StreamEvent::Finish(FinishReason::EndTurn)));
+        assert!(matches!(
+            events[n - 1],
+            StreamEvent::Finish(FinishReason::EndTurn)
+        ));
         assert_eq!(c.usage.input, 10);
         assert_eq!(c.usage.output, 2);
     }
 
     #[test]
     fn quirk_no_done_emits_the_held_finish() {
-        let (_, c) = run(&[r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#, &fin("stop")]).unwrap();
+        let (_, c) = run(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#,
+            &fin("stop"),
+        ])
+        .unwrap();
         assert_eq!(c.finish, FinishReason::EndTurn);
     }
 
@@ -729,7 +785,11 @@ mod tests {
 
     #[test]
     fn quirk_done_without_any_finish_reason() {
-        let (_, c) = run(&[r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#, "[DONE]"]).unwrap();
+        let (_, c) = run(&[
+            r#"{"choices":[{"index":0,"delta":{"content":"hi"}}]}"#,
+            "[DONE]",
+        ])
+        .unwrap();
         assert_eq!(c.finish, FinishReason::EndTurn);
         let (_, c) = run(&[&tc(0, Some("call_12345678"), Some("f"), "{}"), "[DONE]"]).unwrap();
         assert_eq!(c.finish, FinishReason::ToolUse);
@@ -755,7 +815,10 @@ mod tests {
             "[DONE]",
         ])
         .unwrap();
-        assert_eq!(c.message.tool_calls().next().unwrap().arguments, &json!({"a": 1}));
+        assert_eq!(
+            c.message.tool_calls().next().unwrap().arguments,
+            &json!({"a": 1})
+        );
     }
 
     #[test]
@@ -831,12 +894,17 @@ mod tests {
             "[DONE]",
         ])
         .unwrap();
-        assert_eq!(c.message.content, vec![call("call_12345678", "f", json!({"a": 1}))]);
+        assert_eq!(
+            c.message.content,
+            vec![call("call_12345678", "f", json!({"a": 1}))]
+        );
     }
 
     #[test]
     fn authorization_is_omitted_without_a_key() {
-        let keyless = OpenAiChat::new(None).unwrap().with_base_url("http://localhost:1/v1");
+        let keyless = OpenAiChat::new(None)
+            .unwrap()
+            .with_base_url("http://localhost:1/v1");
         let built = keyless.request(&ChatRequest::default()).build().unwrap();
         assert!(built.headers().get("authorization").is_none());
         let keyed = OpenAiChat::new(Some("sk-test".into())).unwrap();
