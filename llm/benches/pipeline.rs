@@ -8,7 +8,7 @@
 //! Run: `cargo bench -p anvil-llm`.
 
 use anvil_llm::MessageBuilder;
-use anvil_llm::protocol::{Protocol, StreamState};
+use anvil_llm::protocol::Protocol;
 use anvil_llm::sse::{SseDecoder, SseError, SseLimits};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{Bencher, black_box};

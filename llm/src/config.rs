@@ -316,13 +316,13 @@ impl Config {
                 }
                 if let Some(env) = &p.api_key_env {
                     let target = origin(&p.effective_base_url(), &path)?;
-                    if let Some(allowed) = approved.get(env) {
-                        if *allowed != target {
-                            return Err(LlmError::Config(format!(
-                                "{}: provider '{name}' would send {env} to {target}, but that credential is approved only for {allowed}; a project cannot redirect a credential (define the provider in your user config to approve it)",
-                                path.display()
-                            )));
-                        }
+                    if let Some(allowed) = approved.get(env)
+                        && *allowed != target
+                    {
+                        return Err(LlmError::Config(format!(
+                            "{}: provider '{name}' would send {env} to {target}, but that credential is approved only for {allowed}; a project cannot redirect a credential (define the provider in your user config to approve it)",
+                            path.display()
+                        )));
                     }
                 }
                 c.providers.insert(name.clone(), p);

@@ -167,29 +167,29 @@ pub fn validate_transcript(messages: &[Message], tail: Tail) -> Result<(), Trans
                 }
             }
         }
-        if let Some(prev) = index.checked_sub(1) {
-            if let Some(missing) = messages[prev]
+        if let Some(prev) = index.checked_sub(1)
+            && let Some(missing) = messages[prev]
                 .tool_calls()
                 .find(|c| !answered.contains(c.id))
-            {
-                return Err(TranscriptError::MissingResult {
-                    index: prev,
-                    id: missing.id.to_string(),
-                });
-            }
+        {
+            return Err(TranscriptError::MissingResult {
+                index: prev,
+                id: missing.id.to_string(),
+            });
         }
     }
 
     // The final assistant message: its calls are answered only in the pending state.
     let last_index = messages.len() - 1;
     let last = &messages[last_index];
-    if last.role == Role::Assistant && tail == Tail::Complete {
-        if let Some(call) = last.tool_calls().next() {
-            return Err(TranscriptError::MissingResult {
-                index: last_index,
-                id: call.id.to_string(),
-            });
-        }
+    if last.role == Role::Assistant
+        && tail == Tail::Complete
+        && let Some(call) = last.tool_calls().next()
+    {
+        return Err(TranscriptError::MissingResult {
+            index: last_index,
+            id: call.id.to_string(),
+        });
     }
     Ok(())
 }

@@ -118,14 +118,17 @@ mod tests {
     use std::collections::VecDeque;
     use std::sync::Mutex;
 
-    /// Answers each call with the next scripted outcome (an HTTP status or success).
+    /// A scripted answer: success, or an HTTP status with an optional Retry-After.
+    type Outcome = Result<(), (u16, Option<Duration>)>;
+
+    /// Answers each call with the next scripted outcome.
     struct Flaky {
-        outcomes: Mutex<VecDeque<Result<(), (u16, Option<Duration>)>>>,
+        outcomes: Mutex<VecDeque<Outcome>>,
         calls: Mutex<u32>,
     }
 
     impl Flaky {
-        fn new(outcomes: Vec<Result<(), (u16, Option<Duration>)>>) -> Arc<Self> {
+        fn new(outcomes: Vec<Outcome>) -> Arc<Self> {
             Arc::new(Self {
                 outcomes: Mutex::new(outcomes.into()),
                 calls: Mutex::new(0),

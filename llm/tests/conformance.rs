@@ -16,6 +16,8 @@
 //!
 //! A target whose environment is not set is skipped with a message saying what to set.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
 use std::sync::Arc;
 
 use anvil_llm::providers::anthropic::Anthropic;

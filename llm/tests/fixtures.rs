@@ -1,6 +1,8 @@
 //! Every recorded stream in shared/fixtures/{anthropic,openai-chat,ollama} replays through
 //! SseDecoder → StreamState → MessageBuilder to the canonical result the recording shows.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
 mod support;
 
 use anvil_llm::protocol::{replay_body, replay_chunks};

@@ -1,5 +1,7 @@
 //! The same pipeline over real HTTP: wiremock serves recorded streams to the real providers.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
 mod support;
 
 use std::sync::Arc;

@@ -232,13 +232,13 @@ impl StreamState for AnthropicStreamState {
                 let block = wire.content_block.unwrap_or(Value::Null);
                 let open = match block.get("type").and_then(Value::as_str) {
                     Some("text") => {
-                        if let Some(text) = block.get("text").and_then(Value::as_str) {
-                            if !text.is_empty() {
-                                out.push(StreamEvent::TextDelta {
-                                    index,
-                                    text: text.to_string(),
-                                });
-                            }
+                        if let Some(text) = block.get("text").and_then(Value::as_str)
+                            && !text.is_empty()
+                        {
+                            out.push(StreamEvent::TextDelta {
+                                index,
+                                text: text.to_string(),
+                            });
                         }
                         OpenBlock::Text
                     }
@@ -266,13 +266,13 @@ impl StreamState for AnthropicStreamState {
                         }
                     }
                     Some("thinking") => {
-                        if let Some(text) = block.get("thinking").and_then(Value::as_str) {
-                            if !text.is_empty() {
-                                out.push(StreamEvent::ReasoningDelta {
-                                    index,
-                                    text: text.to_string(),
-                                });
-                            }
+                        if let Some(text) = block.get("thinking").and_then(Value::as_str)
+                            && !text.is_empty()
+                        {
+                            out.push(StreamEvent::ReasoningDelta {
+                                index,
+                                text: text.to_string(),
+                            });
                         }
                         OpenBlock::Thinking { signature: None }
                     }
