@@ -75,9 +75,7 @@ fn anthropic_pipeline(bencher: Bencher, chunk: usize) {
     let (body, events) = synthetic_response();
     bencher.counter(ItemsCount::new(events)).bench(|| {
         let mut decoder = SseDecoder::new(SseLimits::default());
-        let mut state = Protocol::Anthropic
-            .new_state()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let mut state = Protocol::Anthropic.new_state();
         let mut builder = MessageBuilder::new();
         let mut canonical = Vec::with_capacity(1024);
         for piece in body.chunks(chunk) {

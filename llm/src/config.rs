@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::capability::{Capabilities, SchemaDialect};
 use crate::error::LlmError;
 use crate::protocol::Protocol;
 use crate::providers::openai_chat::MaxTokensField;
@@ -39,9 +40,27 @@ pub struct ProviderConfig {
     /// OpenAI Chat only: which field carries the output limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens_field: Option<MaxTokensField>,
+    /// Gemini only: `legacy-subset` for targets that take only the OpenAPI-style `parameters`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_dialect: Option<SchemaDialect>,
+    /// `false` for models that cannot see images (they get a placeholder text instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 impl ProviderConfig {
+    /// The capability table entry for this provider, with its overrides applied.
+    pub fn capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::of(self.kind);
+        if let Some(schema) = self.schema_dialect {
+            caps = caps.with_schema(schema);
+        }
+        if let Some(images) = self.images {
+            caps = caps.with_images(images);
+        }
+        caps
+    }
+
     /// The endpoint this provider talks to.
     pub fn effective_base_url(&self) -> String {
         match &self.base_url {
@@ -54,10 +73,9 @@ impl ProviderConfig {
 pub fn default_base_url(kind: Protocol) -> &'static str {
     match kind {
         Protocol::Anthropic => crate::providers::anthropic::DEFAULT_BASE_URL,
-        Protocol::OpenaiChat | Protocol::OpenaiResponses => {
-            crate::providers::openai_chat::DEFAULT_BASE_URL
-        }
-        Protocol::Gemini => "https://generativelanguage.googleapis.com/v1beta",
+        Protocol::OpenaiChat => crate::providers::openai_chat::DEFAULT_BASE_URL,
+        Protocol::OpenaiResponses => crate::providers::openai_responses::DEFAULT_BASE_URL,
+        Protocol::Gemini => crate::providers::gemini::DEFAULT_BASE_URL,
     }
 }
 
@@ -186,7 +204,7 @@ pub struct Config {
 /// Which environment variable is approved for which origin when no config says otherwise.
 const BUILT_IN_CREDENTIALS: [(&str, Protocol); 3] = [
     ("ANTHROPIC_API_KEY", Protocol::Anthropic),
-    ("OPENAI_API_KEY", Protocol::OpenaiChat),
+    ("OPENAI_API_KEY", Protocol::OpenaiResponses),
     ("GEMINI_API_KEY", Protocol::Gemini),
 ];
 
@@ -205,6 +223,8 @@ impl Config {
             api_key_env: env.map(str::to_owned),
             base_url: base.map(str::to_owned),
             max_tokens_field: None,
+            schema_dialect: None,
+            images: None,
         };
         for (name, p) in [
             (
@@ -213,7 +233,7 @@ impl Config {
             ),
             (
                 "openai",
-                provider(Protocol::OpenaiChat, Some("OPENAI_API_KEY"), None),
+                provider(Protocol::OpenaiResponses, Some("OPENAI_API_KEY"), None),
             ),
             (
                 "gemini",

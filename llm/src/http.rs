@@ -118,7 +118,7 @@ mod tests {
             "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n",
         )])
         .chain(futures::stream::pending());
-        let state = Protocol::Anthropic.new_state().unwrap();
+        let state = Protocol::Anthropic.new_state();
         let started = tokio::time::Instant::now();
         let mut events = decode_stream(body, state, SseLimits::default(), Duration::from_secs(30));
         assert_eq!(
@@ -143,7 +143,7 @@ mod tests {
             }
             yield chunk("data: [DONE]\n\n");
         };
-        let state = Protocol::OpenaiChat.new_state().unwrap();
+        let state = Protocol::OpenaiChat.new_state();
         let stream = decode_stream(body, state, SseLimits::default(), Duration::from_secs(30));
         let c = crate::builder::collect(stream).await.unwrap();
         assert_eq!(c.message.text(), "xxxxx");
@@ -156,7 +156,7 @@ mod tests {
             max_line: 16,
             max_event: 64,
         };
-        let state = Protocol::OpenaiChat.new_state().unwrap();
+        let state = Protocol::OpenaiChat.new_state();
         let mut events = decode_stream(body, state, limits, Duration::from_secs(1));
         assert!(matches!(
             events.next().await.unwrap(),

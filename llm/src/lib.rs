@@ -7,10 +7,14 @@
 
 /// MessageBuilder, Completion and `collect`.
 pub mod builder;
+/// What each target can take (images, schema dialect, signed reasoning, limits).
+pub mod capability;
 /// Config files, trust, and where they live.
 pub mod config;
 /// LlmError and the HTTP status check.
 pub mod error;
+/// Moving a conversation to another provider.
+pub mod handoff;
 /// The HTTP glue shared by every adapter.
 pub mod http;
 /// Transcript integrity: the invariant every request satisfies.
@@ -25,6 +29,8 @@ pub mod providers;
 pub mod registry;
 /// The retry decorator.
 pub mod retry;
+/// Tool schemas for targets that cannot take full JSON Schema.
+pub mod schema;
 /// Server-sent events: the sans-IO decoder and its async wrapper.
 pub mod sse;
 /// The stream vocabulary: StreamEvent, Usage, FinishReason.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::builder::{Completion, MessageBuilder};
 use crate::error::LlmError;
-use crate::providers::{anthropic, openai_chat};
+use crate::providers::{anthropic, gemini, openai_chat, openai_responses};
 use crate::sse::{SseDecoder, SseEventRef, SseLimits};
 use crate::stream::StreamEvent;
 
@@ -44,16 +44,15 @@ impl Protocol {
         Protocol::ALL.into_iter().find(|p| p.as_str() == name)
     }
 
-    /// A fresh stream state for one response, or a config error for a protocol this build
-    /// cannot speak yet.
-    pub fn new_state(self) -> Result<Box<dyn StreamState>, LlmError> {
+    /// A fresh stream state for one response.
+    pub fn new_state(self) -> Box<dyn StreamState> {
         match self {
-            Protocol::Anthropic => Ok(Box::new(anthropic::AnthropicStreamState::default())),
-            Protocol::OpenaiChat => Ok(Box::new(openai_chat::ChatStreamState::default())),
-            Protocol::OpenaiResponses | Protocol::Gemini => Err(LlmError::Config(format!(
-                "the {} wire protocol is not supported by this build of anvil yet; use anthropic or openai-chat",
-                self.as_str()
-            ))),
+            Protocol::Anthropic => Box::new(anthropic::AnthropicStreamState::default()),
+            Protocol::OpenaiChat => Box::new(openai_chat::ChatStreamState::default()),
+            Protocol::OpenaiResponses => {
+                Box::new(openai_responses::ResponsesStreamState::default())
+            }
+            Protocol::Gemini => Box::new(gemini::GeminiStreamState::default()),
         }
     }
 }
@@ -89,7 +88,7 @@ pub fn replay_chunks<'a>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Result<Completion, LlmError> {
     let mut decoder = SseDecoder::new(SseLimits::default());
-    let mut state = protocol.new_state()?;
+    let mut state = protocol.new_state();
     let mut builder = MessageBuilder::new();
     let mut events = Vec::new();
     for chunk in chunks {

@@ -12,7 +12,9 @@ use crate::error::LlmError;
 use crate::protocol::Protocol;
 use crate::provider::Provider;
 use crate::providers::anthropic::Anthropic;
+use crate::providers::gemini::Gemini;
 use crate::providers::openai_chat::{MaxTokensField, OpenAiChat};
+use crate::providers::openai_responses::OpenAiResponses;
 use crate::retry::{Retry, RetryPolicy};
 
 /// Limits used when config says nothing: small enough for any current model.
@@ -202,11 +204,24 @@ impl Registry {
                             .unwrap_or_else(|| MaxTokensField::default_for(&base_url)),
                     ),
             ),
-            Protocol::OpenaiResponses | Protocol::Gemini => {
-                return Err(LlmError::Config(format!(
-                    "provider '{name}' uses the {} wire protocol, which this build of anvil does not support yet; use kind = \"anthropic\" or \"openai-chat\"",
-                    config.kind
-                )));
+            Protocol::OpenaiResponses => Arc::new(
+                OpenAiResponses::new(api_key)?
+                    .with_base_url(&base_url)
+                    .with_name(name)
+                    .with_capabilities(config.capabilities()),
+            ),
+            Protocol::Gemini => {
+                let key = api_key.ok_or_else(|| {
+                    LlmError::Config(format!(
+                        "provider '{name}' (gemini) needs api_key_env: Gemini requires a key"
+                    ))
+                })?;
+                Arc::new(
+                    Gemini::new(key)?
+                        .with_base_url(&base_url)
+                        .with_name(name)
+                        .with_capabilities(config.capabilities()),
+                )
             }
         };
         Ok(Arc::new(Retry::new(inner, self.retry)))
@@ -291,11 +306,29 @@ mod tests {
     }
 
     #[test]
-    fn a_protocol_this_build_cannot_speak_is_a_clear_error() {
-        let err = registry("", &[("GEMINI_API_KEY", "k")])
+    fn every_protocol_resolves() {
+        let reg = registry(
+            "",
+            &[
+                ("GEMINI_API_KEY", "g"),
+                ("OPENAI_API_KEY", "o"),
+                ("ANTHROPIC_API_KEY", "a"),
+            ],
+        );
+        for (name, protocol) in [
+            ("gemini:gemini-2.5-pro", Protocol::Gemini),
+            ("openai:gpt-5", Protocol::OpenaiResponses),
+            ("anthropic:claude-haiku-4-5", Protocol::Anthropic),
+            ("ollama:qwen3:8b", Protocol::OpenaiChat),
+        ] {
+            assert_eq!(reg.resolve(name).unwrap().protocol, protocol, "{name}");
+        }
+        let err = registry("", &[])
             .resolve("gemini:gemini-2.5-pro")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("does not support yet"), "{err}");
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GEMINI_API_KEY is not set (needed by provider 'gemini')"
+        );
     }
 }

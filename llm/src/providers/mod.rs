@@ -2,4 +2,6 @@
 //! thin HTTP provider.
 
 pub mod anthropic;
+pub mod gemini;
 pub mod openai_chat;
+pub mod openai_responses;

@@ -1,0 +1,563 @@
+//! OpenAI Responses (`POST /responses`, streaming): `to_wire`, the stream state, and the HTTP
+//! provider.
+//!
+//! anvil sends `store: false` and asks for `reasoning.encrypted_content`, so reasoning state
+//! travels with the transcript instead of living on OpenAI's servers: a reasoning item arrives as
+//! a `ReasoningDone` whose meta holds the whole item, and `to_wire` pushes that item back
+//! verbatim, in place, on the next request to this provider.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::capability::{Capabilities, IMAGE_OMITTED};
+use crate::error::LlmError;
+use crate::http::{HttpOptions, send_streaming};
+use crate::protocol::StreamState;
+use crate::provider::{EventStream, Provider};
+use crate::sse::SseEventRef;
+use crate::stream::{FinishReason, StreamEvent, Usage};
+use crate::types::{ChatRequest, ContentBlock, ProviderMeta, Role};
+
+pub const META_PROVIDER: &str = "openai-responses";
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// The request body for `POST {base}/responses`.
+pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
+    let mut input = Vec::new();
+    for m in &req.messages {
+        match m.role {
+            Role::User => user_items(&m.content, caps, &mut input),
+            Role::Assistant => assistant_items(&m.content, &mut input),
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
+        body.insert("instructions".into(), json!(system));
+    }
+    body.insert("input".into(), Value::Array(input));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "name": t.name, "description": t.description,
+                       "parameters": t.input_schema, "strict": false})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    body.insert("store".into(), json!(false));
+    body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    body.insert(caps.max_tokens_field.into(), json!(req.max_tokens));
+    if let (Some(t), true) = (req.temperature, caps.temperature) {
+        body.insert("temperature".into(), json!(t));
+    }
+    body.insert("stream".into(), json!(true));
+    Value::Object(body)
+}
+
+/// Tool outputs first, in order, then the user's text and images as one message.
+fn user_items(blocks: &[ContentBlock], caps: &Capabilities, out: &mut Vec<Value>) {
+    let mut content = Vec::new();
+    for block in blocks {
+        match block {
+            ContentBlock::ToolResult {
+                call_id,
+                content: output,
+                is_error,
+            } => {
+                let output = if *is_error {
+                    format!("ERROR: {output}")
+                } else {
+                    output.clone()
+                };
+                out.push(
+                    json!({"type": "function_call_output", "call_id": call_id, "output": output}),
+                );
+            }
+            ContentBlock::Text { text } if !text.is_empty() => {
+                content.push(json!({"type": "input_text", "text": text}));
+            }
+            ContentBlock::Image { media_type, data } => {
+                if caps.images {
+                    content.push(json!({"type": "input_image",
+                                        "image_url": format!("data:{media_type};base64,{data}")}));
+                } else {
+                    content.push(json!({"type": "input_text", "text": IMAGE_OMITTED}));
+                }
+            }
+            ContentBlock::Text { .. }
+            | ContentBlock::Reasoning { .. }
+            | ContentBlock::ToolCall { .. } => {}
+        }
+    }
+    if !content.is_empty() {
+        out.push(json!({"role": "user", "content": content}));
+    }
+}
+
+/// Reasoning items (ours only, verbatim), text as an assistant message, calls as
+/// `function_call` items — in the order the blocks came.
+fn assistant_items(blocks: &[ContentBlock], out: &mut Vec<Value>) {
+    let mut text = String::new();
+    let flush = |text: &mut String, out: &mut Vec<Value>| {
+        if !text.is_empty() {
+            out.push(json!({"role": "assistant", "content": [{"type": "output_text", "text": std::mem::take(text)}]}));
+        }
+    };
+    for block in blocks {
+        match block {
+            ContentBlock::Text { text: t } => text.push_str(t),
+            ContentBlock::Reasoning { meta, .. } => {
+                if let Some(item) = ProviderMeta::for_provider(meta.as_ref(), META_PROVIDER) {
+                    flush(&mut text, out);
+                    out.push(item.clone());
+                }
+            }
+            ContentBlock::ToolCall {
+                id,
+                name,
+                arguments,
+                ..
+            } => {
+                flush(&mut text, out);
+                let arguments = match arguments {
+                    Value::String(raw) => raw.clone(),
+                    other => other.to_string(),
+                };
+                out.push(json!({"type": "function_call", "call_id": id, "name": name, "arguments": arguments}));
+            }
+            ContentBlock::Image { .. } | ContentBlock::ToolResult { .. } => {}
+        }
+    }
+    flush(&mut text, out);
+}
+
+// ---- stream ---------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct WireEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    output_index: Option<u32>,
+    #[serde(default)]
+    item_id: Option<String>,
+    #[serde(default)]
+    item: Option<Value>,
+    #[serde(default)]
+    delta: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+    #[serde(default)]
+    response: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+    #[serde(default)]
+    code: Option<Value>,
+    #[serde(default)]
+    message: Option<String>,
+}
+
+#[derive(Debug)]
+struct Call {
+    index: u32,
+    saw_arguments: bool,
+}
+
+/// The Responses stream state machine, keyed on `output_index` (blocks) and `item_id` (calls).
+#[derive(Debug, Default)]
+pub struct ResponsesStreamState {
+    calls: HashMap<String, Call>,
+    saw_call: bool,
+    refused: bool,
+}
+
+fn usage_of(response: &Value) -> Option<Usage> {
+    let u = response.get("usage")?;
+    let n = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    let cached = n("/input_tokens_details/cached_tokens");
+    Some(Usage {
+        input: n("/input_tokens").saturating_sub(cached),
+        output: n("/output_tokens"),
+        cache_read: cached,
+        cache_write: 0,
+    })
+}
+
+fn api_error(error: &Value) -> LlmError {
+    let text = |k: &str| {
+        error.get(k).filter(|v| !v.is_null()).map(|v| {
+            v.as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| v.to_string())
+        })
+    };
+    LlmError::Api {
+        kind: text("code")
+            .or_else(|| text("type"))
+            .unwrap_or_else(|| "error".into()),
+        message: text("message").unwrap_or_default(),
+    }
+}
+
+impl ResponsesStreamState {
+    fn index(ev: &WireEvent) -> Result<u32, LlmError> {
+        ev.output_index
+            .ok_or_else(|| LlmError::decode(format!("{} without an output_index", ev.kind)))
+    }
+}
+
+impl StreamState for ResponsesStreamState {
+    fn on_sse(
+        &mut self,
+        event: SseEventRef<'_>,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), LlmError> {
+        let ev: WireEvent = serde_json::from_str(event.data).map_err(|e| {
+            LlmError::decode(format!(
+                "invalid JSON in Responses event ({e}): {}",
+                event.data
+            ))
+        })?;
+        match ev.kind.as_str() {
+            "response.output_item.added" => {
+                let index = Self::index(&ev)?;
+                let item = ev.item.unwrap_or(Value::Null);
+                if item.get("type").and_then(Value::as_str) == Some("function_call") {
+                    let field = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or("");
+                    let (item_id, call_id, name) = (field("id"), field("call_id"), field("name"));
+                    if call_id.is_empty() || name.is_empty() {
+                        return Err(LlmError::decode(format!(
+                            "function_call item at output {index} has no call_id or name"
+                        )));
+                    }
+                    out.push(StreamEvent::ToolCallStart {
+                        index,
+                        id: call_id.to_string(),
+                        name: name.to_string(),
+                        meta: None,
+                    });
+                    self.saw_call = true;
+                    let mut call = Call {
+                        index,
+                        saw_arguments: false,
+                    };
+                    if let Some(args) = item
+                        .get("arguments")
+                        .and_then(Value::as_str)
+                        .filter(|a| !a.is_empty())
+                    {
+                        out.push(StreamEvent::ToolCallDelta {
+                            index,
+                            arguments_fragment: args.to_string(),
+                        });
+                        call.saw_arguments = true;
+                    }
+                    self.calls.insert(item_id.to_string(), call);
+                }
+            }
+            "response.output_text.delta" => {
+                if let Some(text) = ev.delta.as_deref().filter(|d| !d.is_empty()) {
+                    out.push(StreamEvent::TextDelta {
+                        index: Self::index(&ev)?,
+                        text: text.to_string(),
+                    });
+                }
+            }
+            "response.refusal.delta" => {
+                self.refused = true;
+                if let Some(text) = ev.delta.as_deref().filter(|d| !d.is_empty()) {
+                    out.push(StreamEvent::TextDelta {
+                        index: Self::index(&ev)?,
+                        text: text.to_string(),
+                    });
+                }
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                if let Some(text) = ev.delta.as_deref().filter(|d| !d.is_empty()) {
+                    out.push(StreamEvent::ReasoningDelta {
+                        index: Self::index(&ev)?,
+                        text: text.to_string(),
+                    });
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let call = ev
+                    .item_id
+                    .as_deref()
+                    .and_then(|id| self.calls.get_mut(id))
+                    .ok_or_else(|| {
+                        LlmError::decode("function call arguments for an item that never started")
+                    })?;
+                if let Some(delta) = ev.delta.filter(|d| !d.is_empty()) {
+                    call.saw_arguments = true;
+                    out.push(StreamEvent::ToolCallDelta {
+                        index: call.index,
+                        arguments_fragment: delta,
+                    });
+                }
+            }
+            "response.function_call_arguments.done" => {
+                // The complete arguments again: used only when no delta carried them.
+                if let Some(call) = ev.item_id.as_deref().and_then(|id| self.calls.get_mut(id))
+                    && let Some(args) = ev
+                        .arguments
+                        .filter(|a| !a.is_empty() && !call.saw_arguments)
+                {
+                    call.saw_arguments = true;
+                    out.push(StreamEvent::ToolCallDelta {
+                        index: call.index,
+                        arguments_fragment: args,
+                    });
+                }
+            }
+            "response.output_item.done" => {
+                let index = Self::index(&ev)?;
+                let item = ev.item.unwrap_or(Value::Null);
+                match item.get("type").and_then(Value::as_str) {
+                    Some("reasoning") => out.push(StreamEvent::ReasoningDone {
+                        index,
+                        meta: Some(ProviderMeta::new(META_PROVIDER, item)),
+                    }),
+                    Some("function_call") => {
+                        let id = item.get("id").and_then(Value::as_str).unwrap_or("");
+                        if let Some(call) = self.calls.get_mut(id)
+                            && let Some(args) = item
+                                .get("arguments")
+                                .and_then(Value::as_str)
+                                .filter(|a| !a.is_empty() && !call.saw_arguments)
+                        {
+                            call.saw_arguments = true;
+                            out.push(StreamEvent::ToolCallDelta {
+                                index,
+                                arguments_fragment: args.to_string(),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            "response.completed" => {
+                let response = ev.response.unwrap_or(Value::Null);
+                if let Some(usage) = usage_of(&response) {
+                    out.push(StreamEvent::Usage(usage));
+                }
+                out.push(StreamEvent::Finish(if self.refused {
+                    FinishReason::Refusal
+                } else if self.saw_call {
+                    FinishReason::ToolUse
+                } else {
+                    FinishReason::EndTurn
+                }));
+            }
+            "response.incomplete" => {
+                let response = ev.response.unwrap_or(Value::Null);
+                if let Some(usage) = usage_of(&response) {
+                    out.push(StreamEvent::Usage(usage));
+                }
+                let reason = response
+                    .pointer("/incomplete_details/reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
+                out.push(StreamEvent::Finish(match reason {
+                    "max_output_tokens" => FinishReason::MaxTokens,
+                    "content_filter" => FinishReason::Refusal,
+                    other => FinishReason::Other(other.to_string()),
+                }));
+            }
+            "response.failed" => {
+                let response = ev.response.unwrap_or(Value::Null);
+                return Err(api_error(response.get("error").unwrap_or(&Value::Null)));
+            }
+            "error" => {
+                // Either {"type":"error","error":{...}} or the fields at the top level.
+                return Err(match &ev.error {
+                    Some(e) => api_error(e),
+                    None => LlmError::Api {
+                        kind: ev
+                            .code
+                            .map(|c| {
+                                c.as_str()
+                                    .map(str::to_owned)
+                                    .unwrap_or_else(|| c.to_string())
+                            })
+                            .unwrap_or_else(|| "error".into()),
+                        message: ev.message.unwrap_or_default(),
+                    },
+                });
+            }
+            // created, in_progress, content parts, built-in tool events, and anything new.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_end(&mut self, _out: &mut Vec<StreamEvent>) -> Result<(), LlmError> {
+        // Without response.completed / incomplete the response was cut short.
+        Ok(())
+    }
+}
+
+// ---- HTTP -----------------------------------------------------------------------------------
+
+/// An OpenAI Responses endpoint.
+pub struct OpenAiResponses {
+    name: String,
+    http: reqwest::Client,
+    base_url: String,
+    api_key: Option<String>,
+    caps: Capabilities,
+    options: HttpOptions,
+}
+
+impl OpenAiResponses {
+    pub fn new(api_key: Option<String>) -> Result<Self, LlmError> {
+        let options = HttpOptions::default();
+        Ok(Self {
+            name: "openai".into(),
+            http: options.client()?,
+            base_url: DEFAULT_BASE_URL.into(),
+            api_key,
+            caps: Capabilities::of(crate::protocol::Protocol::OpenaiResponses),
+            options,
+        })
+    }
+
+    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+        self.base_url = base_url.into().trim_end_matches('/').to_string();
+        self
+    }
+
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
+        self.caps = caps;
+        self
+    }
+
+    pub fn with_options(mut self, options: HttpOptions) -> Result<Self, LlmError> {
+        self.http = options.client()?;
+        self.options = options;
+        Ok(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for OpenAiResponses {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
+        let mut request = self
+            .http
+            .post(format!("{}/responses", self.base_url))
+            .header("accept", "text/event-stream")
+            .json(&to_wire(req, &self.caps));
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        send_streaming(
+            request,
+            Box::new(ResponsesStreamState::default()),
+            &self.options,
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builder::MessageBuilder;
+    use crate::protocol::Protocol;
+
+    fn run(events: &[&str]) -> Result<crate::builder::Completion, LlmError> {
+        let mut state = ResponsesStreamState::default();
+        let mut out = Vec::new();
+        for data in events {
+            state.on_sse(SseEventRef { event: None, data }, &mut out)?;
+        }
+        state.on_end(&mut out)?;
+        let mut b = MessageBuilder::new();
+        for e in &out {
+            b.push(e)?;
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn incomplete_max_output_tokens_is_max_tokens() {
+        let c = run(&[
+            r#"{"type":"response.output_text.delta","output_index":0,"item_id":"m","delta":"hel"}"#,
+            r#"{"type":"response.incomplete","response":{"incomplete_details":{"reason":"max_output_tokens"},"usage":{"input_tokens":5,"output_tokens":3}}}"#,
+        ])
+        .unwrap();
+        assert_eq!(c.finish, FinishReason::MaxTokens);
+        assert_eq!(c.usage.output, 3);
+    }
+
+    #[test]
+    fn unknown_event_types_are_ignored() {
+        let c = run(&[
+            r#"{"type":"response.web_search_call.searching","output_index":0,"item_id":"ws"}"#,
+            r#"{"type":"response.brand_new","x":1}"#,
+            r#"{"type":"response.completed","response":{}}"#,
+        ])
+        .unwrap();
+        assert_eq!(c.finish, FinishReason::EndTurn);
+    }
+
+    #[test]
+    fn arguments_from_done_when_no_delta_came() {
+        let c = run(&[
+            r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"function_call","id":"fc_1","call_id":"call_1","name":"f","arguments":""}}"#,
+            r#"{"type":"response.function_call_arguments.done","output_index":0,"item_id":"fc_1","arguments":"{\"a\":1}"}"#,
+            r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"function_call","id":"fc_1","call_id":"call_1","name":"f","arguments":"{\"a\":1}"}}"#,
+            r#"{"type":"response.completed","response":{}}"#,
+        ])
+        .unwrap();
+        assert_eq!(c.finish, FinishReason::ToolUse);
+        assert_eq!(
+            c.message.tool_calls().next().unwrap().arguments,
+            &json!({"a": 1})
+        );
+    }
+
+    #[test]
+    fn to_wire_shape() {
+        let req = ChatRequest {
+            model: "gpt-5".into(),
+            system: Some("sys".into()),
+            messages: vec![crate::types::Message::user_text("hi")],
+            tools: vec![crate::types::ToolSpec {
+                name: "f".into(),
+                description: "d".into(),
+                input_schema: json!({"type": "object"}),
+            }],
+            max_tokens: 300,
+            temperature: None,
+        };
+        let wire = to_wire(&req, &Capabilities::of(Protocol::OpenaiResponses));
+        assert_eq!(wire["instructions"], "sys");
+        assert_eq!(wire["store"], false);
+        assert_eq!(wire["include"], json!(["reasoning.encrypted_content"]));
+        assert_eq!(wire["max_output_tokens"], 300);
+        assert_eq!(
+            wire["tools"][0],
+            json!({"type": "function", "name": "f", "description": "d", "parameters": {"type": "object"}, "strict": false})
+        );
+        assert_eq!(
+            wire["input"],
+            json!([{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}])
+        );
+        assert!(wire.get("temperature").is_none());
+    }
+}
