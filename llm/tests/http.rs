@@ -9,12 +9,14 @@ use std::time::{Duration, Instant};
 
 use anvil_llm::config::{Config, ConfigFile};
 use anvil_llm::providers::anthropic::Anthropic;
+use anvil_llm::providers::gemini::Gemini;
 use anvil_llm::providers::openai_chat::OpenAiChat;
+use anvil_llm::providers::openai_responses::OpenAiResponses;
 use anvil_llm::registry::Registry;
 use anvil_llm::retry::{Retry, RetryPolicy};
 use anvil_llm::{ChatRequest, FinishReason, LlmError, Message, Provider, collect};
 use serde_json::json;
-use wiremock::matchers::{body_partial_json, header, method, path};
+use wiremock::matchers::{body_partial_json, header, method, path, query_param};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
 fn sse(rel: &str) -> ResponseTemplate {
@@ -205,4 +207,82 @@ async fn a_provider_from_config_streams_through_the_registry() {
         .await
         .unwrap();
     assert_eq!(c.message.text(), "The capital of Mexico is Mexico City.");
+}
+
+#[tokio::test]
+async fn gemini_over_http() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path(
+            "/v1beta/models/gemini-2.0-flash:streamGenerateContent",
+        ))
+        .and(query_param("alt", "sse"))
+        .and(header("x-goog-api-key", "g-key"))
+        .and(body_partial_json(json!({
+            "systemInstruction": {"parts": [{"text": "sys"}]},
+            "contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"maxOutputTokens": 64}
+        })))
+        .respond_with(sse("gemini/02-function-call.sse"))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = Gemini::new("g-key")
+        .unwrap()
+        .with_base_url(format!("{}/v1beta", server.uri()));
+    let req = ChatRequest {
+        model: "gemini-2.0-flash".into(),
+        ..request()
+    };
+    let c = collect(provider.stream(&req).await.unwrap()).await.unwrap();
+    assert_eq!(c.finish, FinishReason::ToolUse);
+    assert_eq!(
+        c.message.tool_calls().next().unwrap().arguments,
+        &json!({"country": "France"})
+    );
+}
+
+#[tokio::test]
+async fn openai_responses_over_http() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .and(header("authorization", "Bearer sk-test"))
+        .and(body_partial_json(json!({
+            "instructions": "sys", "store": false, "stream": true, "max_output_tokens": 64,
+            "include": ["reasoning.encrypted_content"]
+        })))
+        .respond_with(sse(
+            "openai-responses/03-reasoning-encrypted-function-call.sse",
+        ))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let provider = OpenAiResponses::new(Some("sk-test".into()))
+        .unwrap()
+        .with_base_url(format!("{}/v1", server.uri()));
+    let c = collect(provider.stream(&request()).await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(c.finish, FinishReason::ToolUse);
+    assert_eq!(c.usage.output, 469);
+}
+
+#[tokio::test]
+async fn a_responses_failure_is_an_api_error_over_http() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse("openai-responses/09-error-failed-reframed.sse"))
+        .mount(&server)
+        .await;
+    let provider = OpenAiResponses::new(None)
+        .unwrap()
+        .with_base_url(server.uri());
+    let err = collect(provider.stream(&request()).await.unwrap())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, LlmError::Api { ref kind, .. } if kind == "insufficient_quota"),
+        "{err:?}"
+    );
 }
