@@ -16,7 +16,7 @@ pub enum LlmError {
         retry_after: Option<Duration>,
     },
     /// The request never got an answer (connect, TLS, timeout, reset).
-    #[error("could not reach the provider: {0}")]
+    #[error("could not reach the provider: {}", error_chain(.0))]
     Transport(#[from] reqwest::Error),
     /// The provider reported an error inside a stream (`event: error`, `{"error": …}`).
     #[error("the provider reported {kind}: {message}")]
@@ -46,7 +46,9 @@ impl LlmError {
             LlmError::Http { status, .. } => {
                 matches!(status, 408 | 429) || (500..=599).contains(status)
             }
-            LlmError::Transport(e) => e.is_timeout() || e.is_connect(),
+            // Failing to send (a refused connection, a pooled keep-alive connection the server
+            // already closed, a timeout) happens before any response: safe to try again.
+            LlmError::Transport(e) => e.is_timeout() || e.is_connect() || e.is_request(),
             LlmError::Api { kind, .. } => matches!(
                 kind.as_str(),
                 "overloaded_error" | "rate_limit_error" | "server_error" | "api_error"
@@ -72,6 +74,21 @@ impl LlmError {
     pub(crate) fn decode(what: impl std::fmt::Display) -> Self {
         LlmError::Decode(what.to_string())
     }
+}
+
+/// An error and its causes, outermost first ("error sending request: connection closed").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// The provider's own error message when the body is a JSON error object, else the body,
@@ -175,6 +192,27 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "HTTP 401 from the provider: invalid x-api-key"
+        );
+    }
+
+    #[tokio::test]
+    async fn transport_errors_name_their_cause_and_a_refused_connection_is_retryable() {
+        // Nothing listens on port 9 of the loopback address.
+        let e = reqwest::Client::new()
+            .get("http://127.0.0.1:9/")
+            .send()
+            .await
+            .unwrap_err();
+        let e = LlmError::from(e);
+        assert!(e.is_retryable());
+        let text = e.to_string();
+        assert!(
+            text.starts_with("could not reach the provider: error sending request"),
+            "{text}"
+        );
+        assert!(
+            text.matches(": ").count() >= 2,
+            "the cause is missing: {text}"
         );
     }
 

@@ -18,7 +18,8 @@
 //!   `ANVIL_CONFORMANCE_OPENAI_MODEL`, default `gpt-4o-mini`).
 //! - Gemini: `GEMINI_API_KEY` (model: `ANVIL_CONFORMANCE_GEMINI_MODEL`, default
 //!   `gemini-2.5-flash`).
-//! - A local server by base URL, through both the OpenAI Chat and the Anthropic wire format:
+//! - A local server by base URL, through the OpenAI Chat, OpenAI Responses and Anthropic wire
+//!   formats:
 //!   `ANVIL_CONFORMANCE_BASE_URL=http://127.0.0.1:18081` and `ANVIL_CONFORMANCE_MODEL=qwen`
 //!   (llama.cpp's server speaks both; see shared/tools/local-llm).
 //!
@@ -323,6 +324,22 @@ async fn local_openai_chat() {
         .with_base_url(format!("{base}/v1"))
         .with_name("local");
     run_target("local openai-chat", Arc::new(p), &model).await;
+}
+
+#[tokio::test]
+#[ignore = "live: needs a local server at ANVIL_CONFORMANCE_BASE_URL"]
+async fn local_openai_responses() {
+    let Some((base, model, key)) = local() else {
+        return skip(
+            "local openai-responses",
+            "ANVIL_CONFORMANCE_BASE_URL (and ANVIL_CONFORMANCE_MODEL)",
+        );
+    };
+    let p = OpenAiResponses::new(key)
+        .unwrap()
+        .with_base_url(format!("{base}/v1"))
+        .with_name("local");
+    run_target("local openai-responses", Arc::new(p), &model).await;
 }
 
 #[tokio::test]

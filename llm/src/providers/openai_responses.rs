@@ -162,16 +162,18 @@ struct WireEvent {
     message: Option<String>,
 }
 
-#[derive(Debug)]
-struct Call {
-    index: u32,
-    saw_arguments: bool,
-}
-
-/// The Responses stream state machine, keyed on `output_index` (blocks) and `item_id` (calls).
+/// The Responses stream state machine.
+///
+/// Each output item becomes one canonical block, numbered in the order items appear. Events
+/// name their item by `item_id` (or, for item events, `item.id`), and OpenAI also sends
+/// `output_index`; compatible servers (llama.cpp) send only the id, so either is accepted.
 #[derive(Debug, Default)]
 pub struct ResponsesStreamState {
-    calls: HashMap<String, Call>,
+    by_id: HashMap<String, u32>,
+    by_output: HashMap<u32, u32>,
+    next_index: u32,
+    /// Function-call blocks whose arguments have arrived.
+    args_seen: HashMap<u32, bool>,
     saw_call: bool,
     refused: bool,
 }
@@ -205,9 +207,60 @@ fn api_error(error: &Value) -> LlmError {
 }
 
 impl ResponsesStreamState {
-    fn index(ev: &WireEvent) -> Result<u32, LlmError> {
-        ev.output_index
-            .ok_or_else(|| LlmError::decode(format!("{} without an output_index", ev.kind)))
+    /// The block for the item an event names, allocating one for a new item.
+    fn block(
+        &mut self,
+        item_id: Option<&str>,
+        output_index: Option<u32>,
+        kind: &str,
+    ) -> Result<u32, LlmError> {
+        let known = item_id
+            .and_then(|id| self.by_id.get(id))
+            .or_else(|| output_index.and_then(|i| self.by_output.get(&i)))
+            .copied();
+        if let Some(index) = known {
+            return Ok(index);
+        }
+        if item_id.is_none() && output_index.is_none() {
+            return Err(LlmError::decode(format!(
+                "{kind} names no item (no item_id or output_index)"
+            )));
+        }
+        let index = self.next_index;
+        self.next_index += 1;
+        if let Some(id) = item_id {
+            self.by_id.insert(id.to_string(), index);
+        }
+        if let Some(i) = output_index {
+            self.by_output.insert(i, index);
+        }
+        Ok(index)
+    }
+
+    fn event_block(&mut self, ev: &WireEvent) -> Result<u32, LlmError> {
+        let item_id = ev
+            .item_id
+            .as_deref()
+            .or_else(|| {
+                ev.item
+                    .as_ref()
+                    .and_then(|i| i.get("id"))
+                    .and_then(Value::as_str)
+            })
+            .map(str::to_owned);
+        self.block(item_id.as_deref(), ev.output_index, &ev.kind)
+    }
+
+    /// Emits `args` as the call's arguments unless they already arrived.
+    fn arguments_once(&mut self, index: u32, args: Option<&str>, out: &mut Vec<StreamEvent>) {
+        let seen = self.args_seen.entry(index).or_insert(false);
+        if let Some(args) = args.filter(|a| !a.is_empty() && !*seen) {
+            *seen = true;
+            out.push(StreamEvent::ToolCallDelta {
+                index,
+                arguments_fragment: args.to_string(),
+            });
+        }
     }
 }
 
@@ -225,14 +278,15 @@ impl StreamState for ResponsesStreamState {
         })?;
         match ev.kind.as_str() {
             "response.output_item.added" => {
-                let index = Self::index(&ev)?;
-                let item = ev.item.unwrap_or(Value::Null);
+                let index = self.event_block(&ev)?;
+                let item = ev.item.as_ref().unwrap_or(&Value::Null);
                 if item.get("type").and_then(Value::as_str) == Some("function_call") {
                     let field = |k: &str| item.get(k).and_then(Value::as_str).unwrap_or("");
-                    let (item_id, call_id, name) = (field("id"), field("call_id"), field("name"));
+                    let (call_id, name) = (field("call_id"), field("name"));
                     if call_id.is_empty() || name.is_empty() {
                         return Err(LlmError::decode(format!(
-                            "function_call item at output {index} has no call_id or name"
+                            "function_call item {} has no call_id or name",
+                            field("id")
                         )));
                     }
                     out.push(StreamEvent::ToolCallStart {
@@ -242,81 +296,47 @@ impl StreamState for ResponsesStreamState {
                         meta: None,
                     });
                     self.saw_call = true;
-                    let mut call = Call {
-                        index,
-                        saw_arguments: false,
-                    };
-                    if let Some(args) = item
-                        .get("arguments")
-                        .and_then(Value::as_str)
-                        .filter(|a| !a.is_empty())
-                    {
-                        out.push(StreamEvent::ToolCallDelta {
-                            index,
-                            arguments_fragment: args.to_string(),
-                        });
-                        call.saw_arguments = true;
-                    }
-                    self.calls.insert(item_id.to_string(), call);
+                    let args = item.get("arguments").and_then(Value::as_str);
+                    self.arguments_once(index, args, out);
                 }
             }
-            "response.output_text.delta" => {
-                if let Some(text) = ev.delta.as_deref().filter(|d| !d.is_empty()) {
-                    out.push(StreamEvent::TextDelta {
-                        index: Self::index(&ev)?,
-                        text: text.to_string(),
-                    });
+            "response.output_text.delta" | "response.refusal.delta" => {
+                if ev.kind == "response.refusal.delta" {
+                    self.refused = true;
                 }
-            }
-            "response.refusal.delta" => {
-                self.refused = true;
-                if let Some(text) = ev.delta.as_deref().filter(|d| !d.is_empty()) {
-                    out.push(StreamEvent::TextDelta {
-                        index: Self::index(&ev)?,
-                        text: text.to_string(),
-                    });
+                let index = self.event_block(&ev)?;
+                if let Some(text) = ev.delta.filter(|d| !d.is_empty()) {
+                    out.push(StreamEvent::TextDelta { index, text });
                 }
             }
             "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
-                if let Some(text) = ev.delta.as_deref().filter(|d| !d.is_empty()) {
-                    out.push(StreamEvent::ReasoningDelta {
-                        index: Self::index(&ev)?,
-                        text: text.to_string(),
-                    });
+                let index = self.event_block(&ev)?;
+                if let Some(text) = ev.delta.filter(|d| !d.is_empty()) {
+                    out.push(StreamEvent::ReasoningDelta { index, text });
                 }
             }
             "response.function_call_arguments.delta" => {
-                let call = ev
-                    .item_id
-                    .as_deref()
-                    .and_then(|id| self.calls.get_mut(id))
-                    .ok_or_else(|| {
-                        LlmError::decode("function call arguments for an item that never started")
-                    })?;
+                let index = self.event_block(&ev)?;
+                if !self.args_seen.contains_key(&index) {
+                    return Err(LlmError::decode(
+                        "function call arguments for an item that never started",
+                    ));
+                }
                 if let Some(delta) = ev.delta.filter(|d| !d.is_empty()) {
-                    call.saw_arguments = true;
+                    self.args_seen.insert(index, true);
                     out.push(StreamEvent::ToolCallDelta {
-                        index: call.index,
+                        index,
                         arguments_fragment: delta,
                     });
                 }
             }
             "response.function_call_arguments.done" => {
                 // The complete arguments again: used only when no delta carried them.
-                if let Some(call) = ev.item_id.as_deref().and_then(|id| self.calls.get_mut(id))
-                    && let Some(args) = ev
-                        .arguments
-                        .filter(|a| !a.is_empty() && !call.saw_arguments)
-                {
-                    call.saw_arguments = true;
-                    out.push(StreamEvent::ToolCallDelta {
-                        index: call.index,
-                        arguments_fragment: args,
-                    });
-                }
+                let index = self.event_block(&ev)?;
+                self.arguments_once(index, ev.arguments.as_deref(), out);
             }
             "response.output_item.done" => {
-                let index = Self::index(&ev)?;
+                let index = self.event_block(&ev)?;
                 let item = ev.item.unwrap_or(Value::Null);
                 match item.get("type").and_then(Value::as_str) {
                     Some("reasoning") => out.push(StreamEvent::ReasoningDone {
@@ -324,19 +344,8 @@ impl StreamState for ResponsesStreamState {
                         meta: Some(ProviderMeta::new(META_PROVIDER, item)),
                     }),
                     Some("function_call") => {
-                        let id = item.get("id").and_then(Value::as_str).unwrap_or("");
-                        if let Some(call) = self.calls.get_mut(id)
-                            && let Some(args) = item
-                                .get("arguments")
-                                .and_then(Value::as_str)
-                                .filter(|a| !a.is_empty() && !call.saw_arguments)
-                        {
-                            call.saw_arguments = true;
-                            out.push(StreamEvent::ToolCallDelta {
-                                index,
-                                arguments_fragment: args.to_string(),
-                            });
-                        }
+                        let args = item.get("arguments").and_then(Value::as_str);
+                        self.arguments_once(index, args, out);
                     }
                     _ => {}
                 }
@@ -502,6 +511,38 @@ mod tests {
         .unwrap();
         assert_eq!(c.finish, FinishReason::MaxTokens);
         assert_eq!(c.usage.output, 3);
+    }
+
+    #[test]
+    fn items_named_only_by_id_as_llama_cpp_sends_them() {
+        let c = run(&[
+            r#"{"type":"response.output_item.added","item":{"id":"msg_1","type":"message","content":[],"role":"assistant"}}"#,
+            r#"{"type":"response.output_text.delta","item_id":"msg_1","delta":"po"}"#,
+            r#"{"type":"response.output_text.delta","item_id":"msg_1","delta":"ng"}"#,
+            r#"{"type":"response.output_item.added","item":{"id":"fc_1","type":"function_call","call_id":"call_1","name":"f","arguments":""}}"#,
+            r#"{"type":"response.function_call_arguments.delta","item_id":"fc_1","delta":"{}"}"#,
+            r#"{"type":"response.completed","response":{"usage":{"input_tokens":34,"output_tokens":2,"input_tokens_details":{"cached_tokens":5}}}}"#,
+        ])
+        .unwrap();
+        assert_eq!(c.message.text(), "pong");
+        assert_eq!(c.message.tool_calls().count(), 1);
+        assert_eq!(
+            c.usage,
+            Usage {
+                input: 29,
+                output: 2,
+                cache_read: 5,
+                cache_write: 0
+            }
+        );
+    }
+
+    #[test]
+    fn an_event_naming_no_item_is_a_decode_error() {
+        assert!(matches!(
+            run(&[r#"{"type":"response.output_text.delta","delta":"x"}"#]),
+            Err(LlmError::Decode(_))
+        ));
     }
 
     #[test]
