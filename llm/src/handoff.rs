@@ -124,7 +124,7 @@ mod tests {
         let caps = |p| Capabilities::of(p);
         for wire in [
             openai_responses::to_wire(&req, &caps(Protocol::OpenaiResponses)),
-            openai_chat::to_wire(&req, openai_chat::MaxTokensField::MaxTokens),
+            openai_chat::to_wire(&req, &caps(Protocol::OpenaiChat)),
             gemini::to_wire(&req, &caps(Protocol::Gemini)).unwrap(),
         ] {
             let text = wire.to_string();
@@ -151,7 +151,7 @@ mod tests {
         );
         // And back to Anthropic, its own signature is replayed.
         assert!(
-            anthropic::to_wire(&raw)
+            anthropic::to_wire(&raw, &caps(Protocol::Anthropic))
                 .to_string()
                 .contains("SIG-ANTHROPIC")
         );

@@ -192,12 +192,18 @@ impl Registry {
                         "provider '{name}' (anthropic) needs api_key_env: Anthropic requires a key"
                     ))
                 })?;
-                Arc::new(Anthropic::new(key)?.with_base_url(base_url).with_name(name))
+                Arc::new(
+                    Anthropic::new(key)?
+                        .with_base_url(base_url)
+                        .with_name(name)
+                        .with_capabilities(config.capabilities()),
+                )
             }
             Protocol::OpenaiChat => Arc::new(
                 OpenAiChat::new(api_key)?
                     .with_base_url(&base_url)
                     .with_name(name)
+                    .with_capabilities(config.capabilities())
                     .with_max_tokens_field(
                         config
                             .max_tokens_field

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::capability::{Capabilities, IMAGE_OMITTED};
 use crate::error::LlmError;
 use crate::http::{HttpOptions, send_streaming};
-use crate::protocol::StreamState;
+use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
@@ -20,15 +21,19 @@ pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";
 
 /// The request body for `POST /v1/messages`.
-pub fn to_wire(req: &ChatRequest) -> Value {
+pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("max_tokens".into(), json!(req.max_tokens));
+    body.insert(caps.max_tokens_field.into(), json!(req.max_tokens));
     body.insert("stream".into(), json!(true));
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
         body.insert("system".into(), json!(system));
     }
-    let messages: Vec<Value> = req.messages.iter().map(message_to_wire).collect();
+    let messages: Vec<Value> = req
+        .messages
+        .iter()
+        .map(|m| message_to_wire(m, caps))
+        .collect();
     body.insert("messages".into(), Value::Array(messages));
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
@@ -38,32 +43,39 @@ pub fn to_wire(req: &ChatRequest) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    if let Some(t) = req.temperature {
+    if let (Some(t), true) = (req.temperature, caps.temperature) {
         body.insert("temperature".into(), json!(t));
     }
     Value::Object(body)
 }
 
-fn message_to_wire(m: &Message) -> Value {
+fn message_to_wire(m: &Message, caps: &Capabilities) -> Value {
     let role = match m.role {
         Role::User => "user",
         Role::Assistant => "assistant",
     };
-    let content: Vec<Value> = m.content.iter().filter_map(block_to_wire).collect();
+    let content: Vec<Value> = m
+        .content
+        .iter()
+        .filter_map(|b| block_to_wire(b, caps))
+        .collect();
     json!({"role": role, "content": content})
 }
 
-fn block_to_wire(block: &ContentBlock) -> Option<Value> {
+fn block_to_wire(block: &ContentBlock, caps: &Capabilities) -> Option<Value> {
     Some(match block {
         ContentBlock::Text { text } if text.is_empty() => return None,
         ContentBlock::Text { text } => json!({"type": "text", "text": text}),
+        ContentBlock::Image { .. } if !caps.images => {
+            json!({"type": "text", "text": IMAGE_OMITTED})
+        }
         ContentBlock::Image { media_type, data } => json!({
             "type": "image",
             "source": {"type": "base64", "media_type": media_type, "data": data}
         }),
         ContentBlock::Reasoning { text, meta } => {
             // Only Anthropic's own signed reasoning is replayed; anyone else's is dropped.
-            let data = ProviderMeta::for_provider(meta.as_ref(), META_PROVIDER)?;
+            let data = ProviderMeta::for_provider(meta.as_ref(), caps.replays_reasoning_of?)?;
             if let Some(redacted) = data.get("redacted_data") {
                 json!({"type": "redacted_thinking", "data": redacted})
             } else {
@@ -401,6 +413,7 @@ pub struct Anthropic {
     http: reqwest::Client,
     api_key: String,
     base_url: String,
+    caps: Capabilities,
     options: HttpOptions,
 }
 
@@ -412,8 +425,14 @@ impl Anthropic {
             http: options.client()?,
             api_key: api_key.into(),
             base_url: DEFAULT_BASE_URL.into(),
+            caps: Capabilities::of(Protocol::Anthropic),
             options,
         })
+    }
+
+    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
+        self.caps = caps;
+        self
     }
 
     /// Points the provider at another server (a proxy, a compatible server, wiremock).
@@ -447,7 +466,7 @@ impl Provider for Anthropic {
             .header("x-api-key", &self.api_key)
             .header("anthropic-version", API_VERSION)
             .header("accept", "text/event-stream")
-            .json(&to_wire(req));
+            .json(&to_wire(req, &self.caps));
         send_streaming(
             request,
             Box::new(AnthropicStreamState::default()),
@@ -523,14 +542,33 @@ mod tests {
         }
     }
 
+    fn caps() -> Capabilities {
+        Capabilities::of(Protocol::Anthropic)
+    }
+
+    #[test]
+    fn a_text_only_target_gets_a_placeholder_for_images() {
+        let m = Message::new(
+            Role::User,
+            vec![ContentBlock::Image {
+                media_type: "image/png".into(),
+                data: "AAAA".into(),
+            }],
+        );
+        assert_eq!(
+            message_to_wire(&m, &caps().with_images(false))["content"][0],
+            json!({"type": "text", "text": IMAGE_OMITTED})
+        );
+    }
+
     #[test]
     fn to_wire_snapshot() {
-        insta::assert_json_snapshot!(to_wire(&request()));
+        insta::assert_json_snapshot!(to_wire(&request(), &caps()));
     }
 
     #[test]
     fn foreign_reasoning_and_empty_text_are_absent() {
-        let wire = to_wire(&request()).to_string();
+        let wire = to_wire(&request(), &caps()).to_string();
         assert!(!wire.contains("foreign thoughts"));
         assert!(!wire.contains("unsigned"));
         assert!(!wire.contains(r#""text":"""#));
@@ -549,7 +587,7 @@ mod tests {
             ],
         );
         assert_eq!(
-            message_to_wire(&m),
+            message_to_wire(&m, &caps()),
             json!({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": "t", "content": "boom", "is_error": true},
                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}

@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::capability::{Capabilities, IMAGE_OMITTED};
 use crate::error::LlmError;
 use crate::http::{HttpOptions, send_streaming};
-use crate::protocol::StreamState;
+use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
@@ -36,7 +37,7 @@ impl MaxTokensField {
         }
     }
 
-    fn key(self) -> &'static str {
+    pub fn key(self) -> &'static str {
         match self {
             MaxTokensField::MaxTokens => "max_tokens",
             MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
@@ -45,14 +46,14 @@ impl MaxTokensField {
 }
 
 /// The request body for `POST {base}/chat/completions`.
-pub fn to_wire(req: &ChatRequest, max_tokens_field: MaxTokensField) -> Value {
+pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
     let mut messages = Vec::new();
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
         messages.push(json!({"role": "system", "content": system}));
     }
     for m in &req.messages {
         match m.role {
-            Role::User => user_to_wire(m, &mut messages),
+            Role::User => user_to_wire(m, caps, &mut messages),
             Role::Assistant => messages.push(assistant_to_wire(m)),
         }
     }
@@ -61,7 +62,7 @@ pub fn to_wire(req: &ChatRequest, max_tokens_field: MaxTokensField) -> Value {
     body.insert("messages".into(), Value::Array(messages));
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    body.insert(max_tokens_field.key().into(), json!(req.max_tokens));
+    body.insert(caps.max_tokens_field.into(), json!(req.max_tokens));
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
             .tools
@@ -74,7 +75,7 @@ pub fn to_wire(req: &ChatRequest, max_tokens_field: MaxTokensField) -> Value {
             .collect();
         body.insert("tools".into(), Value::Array(tools));
     }
-    if let Some(t) = req.temperature {
+    if let (Some(t), true) = (req.temperature, caps.temperature) {
         body.insert("temperature".into(), json!(t));
     }
     Value::Object(body)
@@ -82,7 +83,7 @@ pub fn to_wire(req: &ChatRequest, max_tokens_field: MaxTokensField) -> Value {
 
 /// Tool results first (as `tool` messages, in order), then the remaining text and images as one
 /// user message.
-fn user_to_wire(m: &Message, out: &mut Vec<Value>) {
+fn user_to_wire(m: &Message, caps: &Capabilities, out: &mut Vec<Value>) {
     let mut parts = Vec::new();
     let mut has_image = false;
     for block in &m.content {
@@ -101,6 +102,9 @@ fn user_to_wire(m: &Message, out: &mut Vec<Value>) {
             }
             ContentBlock::Text { text } if !text.is_empty() => {
                 parts.push(json!({"type": "text", "text": text}));
+            }
+            ContentBlock::Image { .. } if !caps.images => {
+                parts.push(json!({"type": "text", "text": IMAGE_OMITTED}));
             }
             ContentBlock::Image { media_type, data } => {
                 has_image = true;
@@ -448,7 +452,7 @@ pub struct OpenAiChat {
     http: reqwest::Client,
     base_url: String,
     api_key: Option<String>,
-    max_tokens_field: MaxTokensField,
+    caps: Capabilities,
     options: HttpOptions,
 }
 
@@ -461,14 +465,14 @@ impl OpenAiChat {
             http: options.client()?,
             base_url: DEFAULT_BASE_URL.into(),
             api_key,
-            max_tokens_field: MaxTokensField::default_for(DEFAULT_BASE_URL),
+            caps: Capabilities::of(Protocol::OpenaiChat),
             options,
         })
     }
 
     pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
         self.base_url = base_url.into().trim_end_matches('/').to_string();
-        self.max_tokens_field = MaxTokensField::default_for(&self.base_url);
+        self.caps.max_tokens_field = MaxTokensField::default_for(&self.base_url).key();
         self
     }
 
@@ -478,7 +482,16 @@ impl OpenAiChat {
     }
 
     pub fn with_max_tokens_field(mut self, field: MaxTokensField) -> Self {
-        self.max_tokens_field = field;
+        self.caps.max_tokens_field = field.key();
+        self
+    }
+
+    /// Capabilities (images, temperature); the max-token field stays the one chosen for this
+    /// endpoint.
+    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
+        let field = self.caps.max_tokens_field;
+        self.caps = caps;
+        self.caps.max_tokens_field = field;
         self
     }
 
@@ -493,7 +506,7 @@ impl OpenAiChat {
             .http
             .post(format!("{}/chat/completions", self.base_url))
             .header("accept", "text/event-stream")
-            .json(&to_wire(req, self.max_tokens_field));
+            .json(&to_wire(req, &self.caps));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -532,6 +545,12 @@ mod tests {
         }
     }
 
+    fn caps(field: MaxTokensField) -> Capabilities {
+        let mut caps = Capabilities::of(Protocol::OpenaiChat);
+        caps.max_tokens_field = field.key();
+        caps
+    }
+
     #[test]
     fn to_wire_snapshot_two_calls_two_results() {
         let req = ChatRequest {
@@ -567,7 +586,7 @@ mod tests {
             max_tokens: 256,
             temperature: Some(0.0),
         };
-        let wire = to_wire(&req, MaxTokensField::MaxTokens);
+        let wire = to_wire(&req, &caps(MaxTokensField::MaxTokens));
         insta::assert_json_snapshot!(wire);
         let msgs = wire["messages"].as_array().unwrap();
         let roles: Vec<&str> = msgs.iter().map(|m| m["role"].as_str().unwrap()).collect();
@@ -582,6 +601,7 @@ mod tests {
     #[test]
     fn images_become_data_urls() {
         let mut out = Vec::new();
+        let all = caps(MaxTokensField::MaxTokens);
         user_to_wire(
             &Message::new(
                 Role::User,
@@ -593,26 +613,40 @@ mod tests {
                     },
                 ],
             ),
+            &all,
             &mut out,
         );
         assert_eq!(
             out[0]["content"][1]["image_url"]["url"],
             "data:image/png;base64,AAAA"
         );
+        let mut text_only = Vec::new();
+        user_to_wire(
+            &Message::new(
+                Role::User,
+                vec![ContentBlock::Image {
+                    media_type: "image/png".into(),
+                    data: "AAAA".into(),
+                }],
+            ),
+            &all.with_images(false),
+            &mut text_only,
+        );
+        assert_eq!(text_only[0]["content"], IMAGE_OMITTED);
     }
 
     #[test]
     fn max_tokens_field_follows_the_target() {
         let req = ChatRequest::default();
         assert!(
-            to_wire(&req, MaxTokensField::default_for(DEFAULT_BASE_URL))
+            to_wire(&req, &caps(MaxTokensField::default_for(DEFAULT_BASE_URL)))
                 .get("max_completion_tokens")
                 .is_some()
         );
         assert!(
             to_wire(
                 &req,
-                MaxTokensField::default_for("http://localhost:11434/v1")
+                &caps(MaxTokensField::default_for("http://localhost:11434/v1"))
             )
             .get("max_tokens")
             .is_some()
