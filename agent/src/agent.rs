@@ -1,0 +1,410 @@
+//! [`Agent`]: the agent loop. Sample the model, run the tools it asks for, append the results,
+//! until the turn ends (the algorithm in `spec/tables.md`).
+//!
+//! Invariants:
+//! - the transcript is validated before every request and after every committed tool batch;
+//!   the pending-tail exception is granted only between "the model asked" and "the tools ran";
+//! - every turn emits exactly one `TurnFinished`, error paths included, and `run_turn` returns
+//!   the same outcome;
+//! - a response that did not finish normally (max tokens, refusal, an unknown stop, a broken
+//!   stream) never has its tool calls executed;
+//! - on cancel, a partial response is dropped, and every tool call already in the transcript
+//!   gets a result saying what happened to it, so the transcript stays valid.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anvil_llm::{
+    ChatRequest, ContentBlock, FinishReason, LlmError, Message, MessageBuilder, Provider, Role,
+    StreamEvent, Tail, validate_transcript,
+};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::event::{AgentEvent, EventSink, TurnOutcome};
+use crate::registry::ToolRegistry;
+use crate::tool::ToolContext;
+
+/// Per-session settings of the loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    /// The provider's model id.
+    pub model: String,
+    pub system: Option<String>,
+    /// Model requests per turn before the turn stops with `MaxSteps`.
+    pub max_steps: u32,
+    /// The output limit of each request.
+    pub max_tokens: u32,
+    pub temperature: Option<f32>,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            model: String::new(),
+            system: None,
+            max_steps: 50,
+            max_tokens: 8_192,
+            temperature: None,
+        }
+    }
+}
+
+/// The longest preview of a tool result carried in `ToolCallFinished`.
+const PREVIEW_CHARS: usize = 400;
+
+/// One session's agent: a provider, a toolset, and the transcript.
+pub struct Agent {
+    provider: Arc<dyn Provider>,
+    tools: Arc<ToolRegistry>,
+    /// The request sent each step. Its `messages` *is* the transcript, so a step costs no copy
+    /// of it; its `tools` are computed once, which also keeps the cache prefix stable.
+    request: ChatRequest,
+    max_steps: u32,
+    cwd: PathBuf,
+    events: EventSink,
+}
+
+enum Step {
+    Continue,
+    Finished(TurnOutcome),
+}
+
+impl Agent {
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        tools: Arc<ToolRegistry>,
+        cfg: AgentConfig,
+        cwd: impl Into<PathBuf>,
+        events: EventSink,
+    ) -> Self {
+        let request = ChatRequest {
+            model: cfg.model,
+            system: cfg.system,
+            messages: Vec::new(),
+            tools: tools.specs(),
+            max_tokens: cfg.max_tokens,
+            temperature: cfg.temperature,
+        };
+        Self {
+            provider,
+            tools,
+            request,
+            max_steps: cfg.max_steps,
+            cwd: cwd.into(),
+            events,
+        }
+    }
+
+    /// The transcript.
+    pub fn messages(&self) -> &[Message] {
+        &self.request.messages
+    }
+
+    /// Replaces the transcript (resuming a session); it must be a valid one.
+    pub fn set_messages(
+        &mut self,
+        messages: Vec<Message>,
+    ) -> Result<(), anvil_llm::TranscriptError> {
+        if !messages.is_empty() {
+            validate_transcript(&messages, Tail::Complete)?;
+        }
+        self.request.messages = messages;
+        Ok(())
+    }
+
+    /// Runs one turn for `input` and returns how it ended (also sent as `TurnFinished`).
+    pub async fn run_turn(
+        &mut self,
+        input: Vec<ContentBlock>,
+        cancel: CancellationToken,
+    ) -> TurnOutcome {
+        let outcome = self.turn(input, &cancel).await;
+        self.events
+            .send(AgentEvent::TurnFinished {
+                outcome: outcome.clone(),
+            })
+            .await;
+        outcome
+    }
+
+    async fn turn(&mut self, input: Vec<ContentBlock>, cancel: &CancellationToken) -> TurnOutcome {
+        // A user message after a cancelled or failed step merges into it: roles keep alternating.
+        match self.request.messages.last_mut() {
+            Some(last) if last.role == Role::User => last.content.extend(input),
+            _ => self.request.messages.push(Message::new(Role::User, input)),
+        }
+        if let Err(e) = validate_transcript(&self.request.messages, Tail::Complete) {
+            return broken_transcript(e);
+        }
+        for step in 1..=self.max_steps {
+            self.events.send(AgentEvent::StepStarted { step }).await;
+            if cancel.is_cancelled() {
+                return TurnOutcome::Cancelled;
+            }
+            match self.step(step, cancel).await {
+                Step::Continue => {}
+                Step::Finished(outcome) => return outcome,
+            }
+        }
+        TurnOutcome::MaxSteps
+    }
+
+    async fn step(&mut self, step: u32, cancel: &CancellationToken) -> Step {
+        let completion = match self.sample(cancel).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return Step::Finished(TurnOutcome::Cancelled),
+            Err(e) => {
+                let (error, retryable) = (e.to_string(), e.is_retryable());
+                self.events
+                    .send(AgentEvent::StepFailed {
+                        step,
+                        error: error.clone(),
+                        retryable,
+                    })
+                    .await;
+                return Step::Finished(TurnOutcome::Failed { error, retryable });
+            }
+        };
+        let mut message = completion.message;
+        self.mint_unique_ids(&mut message);
+        self.events
+            .send(AgentEvent::Usage {
+                usage: completion.usage,
+            })
+            .await;
+
+        let abnormal = match &completion.finish {
+            FinishReason::EndTurn | FinishReason::ToolUse => None,
+            FinishReason::MaxTokens => Some(TurnOutcome::MaxTokens),
+            FinishReason::Refusal => Some(TurnOutcome::Refused),
+            FinishReason::Other(reason) => Some(TurnOutcome::ProtocolStopped {
+                reason: reason.clone(),
+            }),
+        };
+        if let Some(outcome) = abnormal {
+            self.append_uncommitted(message, &completion.finish);
+            return Step::Finished(outcome);
+        }
+
+        let calls: Vec<(String, String, Value)> = message
+            .tool_calls()
+            .map(|c| (c.id.to_string(), c.name.to_string(), c.arguments.clone()))
+            .collect();
+        if !message.content.is_empty() {
+            self.request.messages.push(message);
+        }
+        if calls.is_empty() {
+            return Step::Finished(TurnOutcome::Done);
+        }
+        if let Err(e) = validate_transcript(&self.request.messages, Tail::PendingToolCalls) {
+            return Step::Finished(broken_transcript(e));
+        }
+        let results = self.run_tools(&calls, cancel).await;
+        self.request
+            .messages
+            .push(Message::new(Role::User, results));
+        if let Err(e) = validate_transcript(&self.request.messages, Tail::Complete) {
+            return Step::Finished(broken_transcript(e));
+        }
+        if cancel.is_cancelled() {
+            return Step::Finished(TurnOutcome::Cancelled);
+        }
+        Step::Continue
+    }
+
+    /// Streams one response, forwarding deltas. `Ok(None)` when cancelled (the partial
+    /// response is dropped).
+    async fn sample(
+        &mut self,
+        cancel: &CancellationToken,
+    ) -> Result<Option<anvil_llm::Completion>, LlmError> {
+        let mut stream = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Ok(None),
+            s = self.provider.stream(&self.request) => s?,
+        };
+        let mut builder = MessageBuilder::new();
+        loop {
+            let event = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Ok(None),
+                e = stream.next() => e,
+            };
+            let Some(event) = event else { break };
+            let event = event?;
+            match &event {
+                StreamEvent::TextDelta { text, .. } => {
+                    self.events
+                        .delta(AgentEvent::TextDelta { text: text.clone() })
+                        .await;
+                }
+                StreamEvent::ReasoningDelta { text, .. } => {
+                    self.events
+                        .delta(AgentEvent::ReasoningDelta { text: text.clone() })
+                        .await;
+                }
+                _ => {}
+            }
+            builder.push(&event)?;
+        }
+        builder.finish().map(Some)
+    }
+
+    /// Canonical tool-call ids are ours: a provider id that repeats one already in the
+    /// transcript (some servers reuse "call_0" every response) is replaced by a fresh one.
+    fn mint_unique_ids(&self, message: &mut Message) {
+        let mut seen: HashSet<&str> = self
+            .request
+            .messages
+            .iter()
+            .flat_map(|m| m.tool_calls().map(|c| c.id))
+            .collect();
+        let mut fresh = Vec::new();
+        for block in &message.content {
+            if let ContentBlock::ToolCall { id, .. } = block {
+                if !seen.insert(id.as_str()) {
+                    fresh.push(id.clone());
+                }
+            }
+        }
+        drop(seen);
+        if fresh.is_empty() {
+            return;
+        }
+        let mut n = 0;
+        for block in &mut message.content {
+            if let ContentBlock::ToolCall { id, .. } = block {
+                if fresh.contains(id) {
+                    n += 1;
+                    *id = format!("{id}_anvil{}_{n}", self.request.messages.len());
+                }
+            }
+        }
+    }
+
+    /// Records a response that did not finish normally. Its tool calls stay in the transcript
+    /// (the model said them) but are answered as not executed, so the transcript stays valid.
+    fn append_uncommitted(&mut self, message: Message, finish: &FinishReason) {
+        if message.content.is_empty() {
+            return;
+        }
+        let results: Vec<ContentBlock> = message
+            .tool_calls()
+            .map(|c| {
+                ContentBlock::tool_result(
+                    c.id,
+                    format!(
+                        "Not executed: the response ended ({}) before this call was complete.",
+                        finish_label(finish)
+                    ),
+                    true,
+                )
+            })
+            .collect();
+        self.request.messages.push(message);
+        if !results.is_empty() {
+            self.request
+                .messages
+                .push(Message::new(Role::User, results));
+        }
+    }
+
+    /// Runs a batch: concurrently when every call is read-only, else one by one in order (a
+    /// write followed by a read must observe the write). Results keep call order.
+    async fn run_tools(
+        &mut self,
+        calls: &[(String, String, Value)],
+        cancel: &CancellationToken,
+    ) -> Vec<ContentBlock> {
+        let ctx = ToolContext {
+            cwd: self.cwd.clone(),
+            cancel: cancel.child_token(),
+        };
+        // An unknown tool counts as not read-only: unknown effects are treated conservatively.
+        let read_only = calls.iter().all(|(_, name, args)| {
+            self.tools
+                .get(name)
+                .is_some_and(|t| t.effects(args).is_read_only())
+        });
+        if read_only {
+            for (id, name, args) in calls {
+                self.started(id, name, args).await;
+            }
+            let tools = Arc::clone(&self.tools);
+            let results = futures::future::join_all(
+                calls
+                    .iter()
+                    .map(|(id, name, args)| tools.dispatch(id, name, args, &ctx)),
+            )
+            .await;
+            for ((_, name, _), result) in calls.iter().zip(&results) {
+                self.finished(name, result).await;
+            }
+            return results;
+        }
+        let mut results = Vec::with_capacity(calls.len());
+        for (id, name, args) in calls {
+            if cancel.is_cancelled() {
+                results.push(ContentBlock::tool_result(
+                    id.as_str(),
+                    "Not executed: the turn was cancelled before this call ran.",
+                    true,
+                ));
+                continue;
+            }
+            self.started(id, name, args).await;
+            let result = self.tools.dispatch(id, name, args, &ctx).await;
+            self.finished(name, &result).await;
+            results.push(result);
+        }
+        results
+    }
+
+    async fn started(&mut self, id: &str, name: &str, args: &Value) {
+        self.events
+            .send(AgentEvent::ToolCallStarted {
+                id: id.to_string(),
+                name: name.to_string(),
+                args: args.clone(),
+            })
+            .await;
+    }
+
+    async fn finished(&mut self, name: &str, result: &ContentBlock) {
+        if let ContentBlock::ToolResult {
+            call_id,
+            content,
+            is_error,
+        } = result
+        {
+            self.events
+                .send(AgentEvent::ToolCallFinished {
+                    id: call_id.clone(),
+                    name: name.to_string(),
+                    is_error: *is_error,
+                    preview: content.chars().take(PREVIEW_CHARS).collect(),
+                })
+                .await;
+        }
+    }
+}
+
+fn finish_label(finish: &FinishReason) -> String {
+    match finish {
+        FinishReason::EndTurn => "end of turn".into(),
+        FinishReason::ToolUse => "tool use".into(),
+        FinishReason::MaxTokens => "output token limit".into(),
+        FinishReason::Refusal => "refusal".into(),
+        FinishReason::Other(reason) => reason.clone(),
+    }
+}
+
+fn broken_transcript(e: anvil_llm::TranscriptError) -> TurnOutcome {
+    TurnOutcome::Failed {
+        error: format!("the transcript is invalid, so no request was sent: {e}"),
+        retryable: false,
+    }
+}

@@ -1,0 +1,232 @@
+//! [`AgentEvent`]s, the [`TurnOutcome`], and the [`EventSink`] that delivers them.
+//!
+//! Delivery policy: the channel is bounded. Text and reasoning deltas never block the agent:
+//! when the channel is full they coalesce into one pending delta, flushed before the next
+//! event. Every other event waits for room (backpressure), so a slow front end slows the agent
+//! rather than growing memory, and lifecycle events — above all the one `TurnFinished` — are
+//! never dropped while someone listens. When the front end is gone (receiver dropped), events
+//! are discarded and the agent carries on; nothing is ever granted because a UI disappeared.
+
+use anvil_llm::Usage;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// How a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum TurnOutcome {
+    /// The model answered without asking for more tools.
+    Done,
+    /// The step limit was reached.
+    MaxSteps,
+    /// The model hit its output limit; no tools of that response ran.
+    MaxTokens,
+    /// The model refused; no tools of that response ran.
+    Refused,
+    Cancelled,
+    /// The provider stopped for a reason the harness does not model; no tools ran.
+    ProtocolStopped {
+        reason: String,
+    },
+    /// A step failed (provider unreachable after retries, a broken stream, a broken transcript).
+    Failed {
+        error: String,
+        retryable: bool,
+    },
+}
+
+/// A UI-agnostic notification from the agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AgentEvent {
+    StepStarted {
+        step: u32,
+    },
+    TextDelta {
+        text: String,
+    },
+    ReasoningDelta {
+        text: String,
+    },
+    ToolCallStarted {
+        id: String,
+        name: String,
+        args: Value,
+    },
+    ToolCallFinished {
+        id: String,
+        name: String,
+        is_error: bool,
+        /// The start of the result, for display.
+        preview: String,
+    },
+    Usage {
+        usage: Usage,
+    },
+    StepFailed {
+        step: u32,
+        error: String,
+        retryable: bool,
+    },
+    TurnFinished {
+        outcome: TurnOutcome,
+    },
+}
+
+/// The agent's end of the event channel.
+pub struct EventSink {
+    tx: Option<mpsc::Sender<AgentEvent>>,
+    /// A coalesced text or reasoning delta waiting for room in the channel.
+    pending: Option<AgentEvent>,
+}
+
+impl EventSink {
+    /// A sink and the receiver a front end reads. `capacity` bounds the events in flight.
+    pub fn channel(capacity: usize) -> (EventSink, mpsc::Receiver<AgentEvent>) {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        (
+            EventSink {
+                tx: Some(tx),
+                pending: None,
+            },
+            rx,
+        )
+    }
+
+    /// A sink nobody reads.
+    pub fn discard() -> EventSink {
+        EventSink {
+            tx: None,
+            pending: None,
+        }
+    }
+
+    /// A text or reasoning delta: never waits unless a delta of the other kind is pending.
+    pub async fn delta(&mut self, event: AgentEvent) {
+        let Some(tx) = &self.tx else { return };
+        if tx.is_closed() {
+            self.tx = None;
+            return;
+        }
+        self.pending = match (self.pending.take(), event) {
+            (None, e) => Some(e),
+            (Some(AgentEvent::TextDelta { text: mut a }), AgentEvent::TextDelta { text: b }) => {
+                a.push_str(&b);
+                Some(AgentEvent::TextDelta { text: a })
+            }
+            (
+                Some(AgentEvent::ReasoningDelta { text: mut a }),
+                AgentEvent::ReasoningDelta { text: b },
+            ) => {
+                a.push_str(&b);
+                Some(AgentEvent::ReasoningDelta { text: a })
+            }
+            (Some(other), e) => {
+                self.deliver(other).await;
+                Some(e)
+            }
+        };
+        self.try_flush();
+    }
+
+    fn try_flush(&mut self) {
+        let (Some(tx), Some(event)) = (&self.tx, self.pending.take()) else {
+            return;
+        };
+        match tx.try_send(event) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(event)) => self.pending = Some(event),
+            Err(mpsc::error::TrySendError::Closed(_)) => self.tx = None,
+        }
+    }
+
+    /// Any other event: flushes a pending delta, then waits for room.
+    pub async fn send(&mut self, event: AgentEvent) {
+        if let Some(pending) = self.pending.take() {
+            self.deliver(pending).await;
+        }
+        self.deliver(event).await;
+    }
+
+    async fn deliver(&mut self, event: AgentEvent) {
+        if let Some(tx) = &self.tx {
+            if tx.send(event).await.is_err() {
+                self.tx = None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_slow_consumer_bounds_memory_and_loses_no_text() {
+        let capacity = 8;
+        let (mut sink, mut rx) = EventSink::channel(capacity);
+        let reader = tokio::spawn(async move {
+            let mut text = String::new();
+            let mut events = Vec::new();
+            while let Some(e) = rx.recv().await {
+                // The channel never holds more than its capacity.
+                assert!(rx.len() <= capacity);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+                if let AgentEvent::TextDelta { text: t } = &e {
+                    text.push_str(t);
+                }
+                events.push(e);
+            }
+            (text, events)
+        });
+        let mut expected = String::new();
+        sink.send(AgentEvent::StepStarted { step: 1 }).await;
+        for i in 0..20_000 {
+            let t = format!("{i} ");
+            expected.push_str(&t);
+            sink.delta(AgentEvent::TextDelta { text: t }).await;
+        }
+        sink.send(AgentEvent::TurnFinished {
+            outcome: TurnOutcome::Done,
+        })
+        .await;
+        drop(sink);
+        let (text, events) = reader.await.unwrap();
+        assert_eq!(text, expected);
+        // Coalescing means far fewer events than deltas reached the slow reader.
+        assert!(events.len() < 20_000, "{}", events.len());
+        assert_eq!(
+            events.last(),
+            Some(&AgentEvent::TurnFinished {
+                outcome: TurnOutcome::Done
+            })
+        );
+        assert_eq!(events.first(), Some(&AgentEvent::StepStarted { step: 1 }));
+    }
+
+    #[tokio::test]
+    async fn a_vanished_receiver_does_not_block_or_fail() {
+        let (mut sink, rx) = EventSink::channel(1);
+        drop(rx);
+        for _ in 0..10 {
+            sink.send(AgentEvent::StepStarted { step: 1 }).await;
+            sink.delta(AgentEvent::TextDelta { text: "x".into() }).await;
+        }
+    }
+
+    #[test]
+    fn events_serialize_tagged() {
+        let e = AgentEvent::TurnFinished {
+            outcome: TurnOutcome::Failed {
+                error: "HTTP 500".into(),
+                retryable: true,
+            },
+        };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"type":"turn_finished","outcome":{"kind":"failed","error":"HTTP 500","retryable":true}}"#
+        );
+    }
+}

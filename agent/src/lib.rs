@@ -1,0 +1,29 @@
+//! anvil-agent: the agent core.
+//!
+//! The loop that samples a model, runs the tools it asks for and appends their results until
+//! the turn ends, plus the native tools a coding agent needs and the guards around them
+//! (file access roots, content-hash freshness, the process supervisor, secret handling).
+//! Depends on `anvil-llm` only.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+/// The agent loop.
+pub mod agent;
+/// AgentEvent, TurnOutcome and the bounded event sink.
+pub mod event;
+/// What the native tools may read and write, and content-hash freshness.
+pub mod file_access;
+/// The process supervisor: process groups, bounded capture, timeouts, cleanup.
+pub mod process;
+/// ToolRegistry: specs and dispatch that never fails.
+pub mod registry;
+/// Child-process environment and redaction of secrets.
+pub mod secrets;
+/// Tool, TypedTool, effects and cancellation behaviour.
+pub mod tool;
+/// The native tools.
+pub mod tools;
+
+pub use agent::{Agent, AgentConfig};
+pub use event::{AgentEvent, EventSink, TurnOutcome};
+pub use registry::ToolRegistry;
+pub use tool::{Cancellation, Effects, Tool, ToolContext, ToolError, TypedTool};

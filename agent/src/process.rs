@@ -1,0 +1,351 @@
+//! The process supervisor: the one place anvil runs subprocesses (the bash tool now; hooks, MCP
+//! servers, the grader's check and eval trials later).
+//!
+//! - Each process leads a new process group; timeout, cancellation and the end of the command
+//!   kill the whole group, so `sleep 100 &` does not outlive its command.
+//! - Output is captured through [`drain_bounded`]: a fixed head and tail are kept and the middle
+//!   is discarded *while reading continues*, so unlimited output neither fills memory nor
+//!   blocks the child on a full pipe.
+//! - A process outside the group that still holds a pipe (one that called `setsid`) cannot hang
+//!   the caller: readers get a short grace period after the leader is reaped, then stop.
+//! - A [`GroupGuard`] owns the group: if the future running the process is dropped (its turn was
+//!   cancelled by dropping it), the guard kills the group on the way out.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio_util::sync::CancellationToken;
+
+/// What to run and within which limits.
+#[derive(Debug, Clone)]
+pub struct ProcessSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub cwd: PathBuf,
+    /// The complete environment (the parent's is not inherited).
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    /// Bytes kept from the start and from the end of each output stream.
+    pub capture_head: usize,
+    pub capture_tail: usize,
+    /// How long readers may keep going after the process group is gone.
+    pub reader_grace: Duration,
+}
+
+impl ProcessSpec {
+    pub fn new(program: impl Into<String>, cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            cwd: cwd.into(),
+            env: Vec::new(),
+            timeout: Duration::from_secs(120),
+            capture_head: 16 * 1024,
+            capture_tail: 16 * 1024,
+            reader_grace: Duration::from_millis(250),
+        }
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
+    }
+
+    pub fn env(mut self, env: Vec<(String, String)>) -> Self {
+        self.env = env;
+        self
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn capture(mut self, head: usize, tail: usize) -> Self {
+        self.capture_head = head;
+        self.capture_tail = tail;
+        self
+    }
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Termination {
+    Exited(i32),
+    /// Killed by a signal it did not get from us.
+    Signaled(i32),
+    /// Ran past its timeout; its group was killed.
+    TimedOut,
+    /// The caller cancelled; its group was killed.
+    Cancelled,
+}
+
+/// One output stream: its head and tail, and how much was read in all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Captured {
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+    /// Bytes read in all, kept or not.
+    pub total: u64,
+}
+
+impl Captured {
+    pub fn cut(&self) -> u64 {
+        self.total - (self.head.len() + self.tail.len()) as u64
+    }
+
+    /// The kept bytes as text, with a note where the middle was cut.
+    pub fn text(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.head).into_owned();
+        if self.cut() > 0 {
+            s.push_str(&format!("\n[… {} bytes of output cut …]\n", self.cut()));
+        }
+        s.push_str(&String::from_utf8_lossy(&self.tail));
+        s
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessOutput {
+    pub termination: Termination,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub duration: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("could not start {program}: {source}")]
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
+    #[error("lost track of the process: {0}")]
+    Wait(std::io::Error),
+}
+
+/// Kills a process group when dropped, unless disarmed after the group is known to be gone.
+pub struct GroupGuard {
+    pgid: Option<Pid>,
+}
+
+impl GroupGuard {
+    pub fn new(pgid: i32) -> Self {
+        Self {
+            pgid: Some(Pid::from_raw(pgid)),
+        }
+    }
+
+    /// Sends SIGKILL to every member still in the group.
+    pub fn kill(&self) {
+        if let Some(pgid) = self.pgid {
+            // ESRCH: nobody left in the group, which is the goal.
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+    }
+
+    pub fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Reads `reader` to its end (or until `stop`), keeping the first `head` and last `tail`
+/// bytes. Memory stays within `head + 2 * tail + 64 KiB` whatever the output size.
+pub async fn drain_bounded<R: AsyncRead + Unpin>(
+    mut reader: R,
+    head: usize,
+    tail: usize,
+    stop: CancellationToken,
+) -> Captured {
+    let mut out = Captured::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::select! {
+            biased;
+            read = reader.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = stop.cancelled() => break,
+        };
+        out.total += n as u64;
+        let mut chunk = &buf[..n];
+        if out.head.len() < head {
+            let take = (head - out.head.len()).min(chunk.len());
+            out.head.extend_from_slice(&chunk[..take]);
+            chunk = &chunk[take..];
+        }
+        if tail > 0 && !chunk.is_empty() {
+            out.tail.extend_from_slice(chunk);
+            if out.tail.len() > 2 * tail {
+                let excess = out.tail.len() - tail;
+                out.tail.drain(..excess);
+            }
+        }
+    }
+    if out.tail.len() > tail {
+        let excess = out.tail.len() - tail;
+        out.tail.drain(..excess);
+    }
+    out
+}
+
+async fn joined(handle: Option<tokio::task::JoinHandle<Captured>>) -> Captured {
+    match handle {
+        // A reader task cannot panic short of a bug; an empty capture is the honest fallback.
+        Some(h) => h.await.unwrap_or_default(),
+        None => Captured::default(),
+    }
+}
+
+/// Runs `spec` to completion, timeout or cancellation (see the module docs).
+pub async fn run(
+    spec: &ProcessSpec,
+    cancel: &CancellationToken,
+) -> Result<ProcessOutput, ProcessError> {
+    let started = Instant::now();
+    let mut child = tokio::process::Command::new(&spec.program)
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ProcessError::Spawn {
+            program: spec.program.clone(),
+            source,
+        })?;
+    let mut guard = match child.id() {
+        Some(pid) => GroupGuard::new(pid as i32),
+        None => GroupGuard { pgid: None },
+    };
+    let stop_readers = CancellationToken::new();
+    let stdout = child.stdout.take().map(|r| {
+        tokio::spawn(drain_bounded(
+            r,
+            spec.capture_head,
+            spec.capture_tail,
+            stop_readers.clone(),
+        ))
+    });
+    let stderr = child.stderr.take().map(|r| {
+        tokio::spawn(drain_bounded(
+            r,
+            spec.capture_head,
+            spec.capture_tail,
+            stop_readers.clone(),
+        ))
+    });
+
+    let termination = tokio::select! {
+        status = child.wait() => {
+            let status = status.map_err(ProcessError::Wait)?;
+            match (status.code(), status.signal()) {
+                (Some(code), _) => Termination::Exited(code),
+                (None, Some(sig)) => Termination::Signaled(sig),
+                (None, None) => Termination::Exited(-1),
+            }
+        }
+        _ = tokio::time::sleep(spec.timeout) => Termination::TimedOut,
+        _ = cancel.cancelled() => Termination::Cancelled,
+    };
+    // Whatever ended it, nothing of the group outlives the command: background jobs included.
+    guard.kill();
+    if matches!(termination, Termination::TimedOut | Termination::Cancelled) {
+        child.wait().await.map_err(ProcessError::Wait)?;
+    }
+    guard.disarm();
+
+    // Pipes may still be held by a process that left the group; give readers a moment.
+    let grace = tokio::time::sleep(spec.reader_grace);
+    tokio::pin!(grace);
+    let both = async { (joined(stdout).await, joined(stderr).await) };
+    tokio::pin!(both);
+    let (stdout, stderr) = tokio::select! {
+        out = &mut both => out,
+        _ = &mut grace => {
+            stop_readers.cancel();
+            both.await
+        }
+    };
+    Ok(ProcessOutput {
+        termination,
+        stdout,
+        stderr,
+        duration: started.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bash(cmd: &str) -> ProcessSpec {
+        ProcessSpec::new("bash", std::env::temp_dir())
+            .args(["-c", cmd])
+            .env(vec![(
+                "PATH".into(),
+                std::env::var("PATH").unwrap_or_default(),
+            )])
+    }
+
+    #[tokio::test]
+    async fn exit_codes_and_both_streams() {
+        let out = run(
+            &bash("echo out; echo err >&2; exit 3"),
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.termination, Termination::Exited(3));
+        assert_eq!(out.stdout.text(), "out\n");
+        assert_eq!(out.stderr.text(), "err\n");
+    }
+
+    #[tokio::test]
+    async fn unlimited_output_stays_within_the_capture_bound() {
+        let spec = bash("yes | head -c 10000000").capture(1000, 1000);
+        let out = run(&spec, &CancellationToken::new()).await.unwrap();
+        assert_eq!(out.termination, Termination::Exited(0));
+        assert_eq!(out.stdout.total, 10_000_000);
+        assert_eq!(out.stdout.head.len(), 1000);
+        assert_eq!(out.stdout.tail.len(), 1000);
+        assert!(out.stdout.text().contains("9998000 bytes of output cut"));
+    }
+
+    #[tokio::test]
+    async fn the_environment_is_exactly_what_was_given() {
+        let spec = ProcessSpec::new("/usr/bin/env", std::env::temp_dir())
+            .env(vec![("ONLY".into(), "this".into())]);
+        let out = run(&spec, &CancellationToken::new()).await.unwrap();
+        assert_eq!(out.stdout.text(), "ONLY=this\n");
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_a_spawn_error() {
+        let spec = ProcessSpec::new("/nonexistent/anvil-test", std::env::temp_dir());
+        assert!(matches!(
+            run(&spec, &CancellationToken::new()).await,
+            Err(ProcessError::Spawn { .. })
+        ));
+    }
+}

@@ -1,0 +1,150 @@
+//! [`Tool`] and [`TypedTool`]: what the model can invoke, and what invoking it can do.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// What running a tool can do to the world. Permissions (and parallel execution) are decided
+/// from this, so a tool must never understate it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Effects {
+    /// Changes files.
+    pub writes: bool,
+    /// Starts processes (which may do anything their sandbox allows).
+    pub subprocess: bool,
+    /// Talks to the network.
+    pub network: bool,
+}
+
+impl Effects {
+    pub const READ_ONLY: Effects = Effects {
+        writes: false,
+        subprocess: false,
+        network: false,
+    };
+    pub const WRITES: Effects = Effects {
+        writes: true,
+        subprocess: false,
+        network: false,
+    };
+    /// A subprocess can write and reach the network unless a sandbox says otherwise.
+    pub const SUBPROCESS: Effects = Effects {
+        writes: true,
+        subprocess: true,
+        network: true,
+    };
+
+    pub fn is_read_only(self) -> bool {
+        self == Effects::READ_ONLY
+    }
+}
+
+/// What happens to a tool's effects when its turn is cancelled mid-call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cancellation {
+    /// Stops at once and changed nothing: safe to drop at any point.
+    Immediate,
+    /// Either completes or changes nothing (an atomic rename); a cancel never leaves it half
+    /// done, but whether it completed must be checked.
+    Atomic,
+    /// Its process group is killed; whatever it did before that stays done, so its effects are
+    /// unknown.
+    KillsProcesses,
+}
+
+/// What a tool gets besides its arguments.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The directory relative paths resolve against.
+    pub cwd: PathBuf,
+    /// Cancelled when the turn is; long-running tools must watch it.
+    pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    pub fn new(cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            cwd: cwd.into(),
+            cancel: CancellationToken::new(),
+        }
+    }
+}
+
+/// Why a tool call did not succeed. The message is for the model: say what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolError {
+    #[error("invalid arguments: {0}")]
+    InvalidArgs(String),
+    #[error("{0}")]
+    Failed(String),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// A capability the model can invoke. Object safe: the registry holds `Arc<dyn Tool>`.
+#[async_trait::async_trait]
+pub trait Tool: Send + Sync {
+    /// `^[a-zA-Z0-9_-]{1,64}$`, unique in a registry.
+    fn name(&self) -> &str;
+    /// A prompt: what it does, when to prefer it, its limits.
+    fn description(&self) -> &str;
+    /// JSON Schema of the arguments object.
+    fn input_schema(&self) -> Value;
+    /// What this call can do, judged from its arguments.
+    fn effects(&self, args: &Value) -> Effects;
+    fn cancellation(&self) -> Cancellation;
+    /// Runs the call. `args` is a JSON object (dispatch checks that first).
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
+}
+
+/// A tool whose arguments are a Rust type; [`Tool`] comes with it.
+#[async_trait::async_trait]
+pub trait TypedTool: Send + Sync {
+    type Args: DeserializeOwned + JsonSchema + Send;
+    const NAME: &'static str;
+    const EFFECTS: Effects;
+    const CANCELLATION: Cancellation;
+
+    fn description(&self) -> &str;
+    async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
+}
+
+#[async_trait::async_trait]
+impl<T: TypedTool> Tool for T {
+    fn name(&self) -> &str {
+        T::NAME
+    }
+
+    fn description(&self) -> &str {
+        TypedTool::description(self)
+    }
+
+    fn input_schema(&self) -> Value {
+        let mut schema = serde_json::to_value(schemars::schema_for!(T::Args)).unwrap_or_default();
+        if let Some(obj) = schema.as_object_mut() {
+            // schemars adds these; they are noise to the model and some providers reject them.
+            obj.remove("$schema");
+            obj.remove("title");
+        }
+        schema
+    }
+
+    fn effects(&self, _args: &Value) -> Effects {
+        T::EFFECTS
+    }
+
+    fn cancellation(&self) -> Cancellation {
+        T::CANCELLATION
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+        let args: T::Args =
+            serde_json::from_value(args).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
+        self.run(args, ctx).await
+    }
+}

@@ -1,0 +1,105 @@
+//! `bash`: run a shell command under the process supervisor.
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::process::{self, ProcessSpec, Termination};
+use crate::secrets::ChildEnv;
+use crate::tool::{Cancellation, Effects, ToolContext, ToolError, TypedTool};
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+pub const MAX_TIMEOUT_MS: u64 = 600_000;
+/// Bytes kept from the start and the end of each stream.
+const CAPTURE_BYTES: usize = 15 * 1024;
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashArgs {
+    /// The command, run with `bash -c`.
+    pub command: String,
+    /// Kill the command (and everything it started) after this many milliseconds. Default
+    /// 120000, at most 600000.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+pub struct Bash {
+    env: ChildEnv,
+}
+
+impl Bash {
+    pub fn new(env: ChildEnv) -> Self {
+        Self { env }
+    }
+}
+
+#[async_trait::async_trait]
+impl TypedTool for Bash {
+    type Args = BashArgs;
+    const NAME: &'static str = "bash";
+    const EFFECTS: Effects = Effects::SUBPROCESS;
+    const CANCELLATION: Cancellation = Cancellation::KillsProcesses;
+
+    fn description(&self) -> &str {
+        "Run a shell command in the working directory with `bash -c` and get its exit code, \
+         stdout and stderr. Use it to build, run tests, use git and run project scripts. Each \
+         call starts a fresh shell: `cd`, variables and background jobs do not carry over, so \
+         chain dependent steps with && in one command. Anything the command leaves running in \
+         the background is killed when it returns. There is no stdin: interactive programs will \
+         not work. Do not use it to read, search or edit files — read_file, glob, grep and \
+         edit_file are faster, safer and their output is shaped for you. Long output keeps its \
+         beginning and end. The default timeout is 2 minutes (timeout_ms, at most 10 minutes); \
+         a non-zero exit code is reported, not treated as a failure of the tool. API keys and \
+         other credentials are not in its environment."
+    }
+
+    async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<String, ToolError> {
+        let timeout_ms = args.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+        if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+            return Err(ToolError::InvalidArgs(format!(
+                "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}"
+            )));
+        }
+        let spec = ProcessSpec::new("bash", &ctx.cwd)
+            .args(["-c", args.command.as_str()])
+            .env(self.env.vars())
+            .timeout(Duration::from_millis(timeout_ms))
+            .capture(CAPTURE_BYTES, CAPTURE_BYTES);
+        let out = process::run(&spec, &ctx.cancel)
+            .await
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
+        let streams = format_streams(&out.stdout.text(), &out.stderr.text());
+        match out.termination {
+            Termination::Exited(code) => Ok(format!("Exit code: {code}\n{streams}")),
+            Termination::Signaled(sig) => Ok(format!("Killed by signal {sig}\n{streams}")),
+            Termination::TimedOut => Err(ToolError::Failed(format!(
+                "The command timed out after {timeout_ms} ms and was killed with everything it started. Use a longer timeout_ms, or run less at once.\n{streams}"
+            ))),
+            Termination::Cancelled => Err(ToolError::Cancelled),
+        }
+    }
+}
+
+fn format_streams(stdout: &str, stderr: &str) -> String {
+    let mut out = String::new();
+    if !stdout.is_empty() {
+        out.push_str("stdout:\n");
+        out.push_str(stdout);
+        if !stdout.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    if !stderr.is_empty() {
+        out.push_str("stderr:\n");
+        out.push_str(stderr);
+        if !stderr.ends_with('\n') {
+            out.push('\n');
+        }
+    }
+    if out.is_empty() {
+        out.push_str("(no output)\n");
+    }
+    out
+}

@@ -1,0 +1,32 @@
+//! The native tools, and the standard toolset of a coding session.
+
+use std::sync::Arc;
+
+use crate::file_access::FileAccess;
+use crate::registry::{RegistryError, ToolRegistry};
+use crate::secrets::ChildEnv;
+
+pub mod bash;
+pub mod calculator;
+pub mod edit_file;
+pub mod glob;
+pub mod grep;
+pub mod read_file;
+mod walk;
+pub mod write_file;
+
+/// Registers read_file, write_file, edit_file, glob, grep and bash, all sharing one
+/// [`FileAccess`] (and so one freshness record).
+pub fn register_coding_tools(
+    registry: &mut ToolRegistry,
+    access: Arc<FileAccess>,
+    env: ChildEnv,
+) -> Result<(), RegistryError> {
+    registry.register(Arc::new(read_file::ReadFile::new(Arc::clone(&access))))?;
+    registry.register(Arc::new(write_file::WriteFile::new(Arc::clone(&access))))?;
+    registry.register(Arc::new(edit_file::EditFile::new(Arc::clone(&access))))?;
+    registry.register(Arc::new(glob::GlobTool::new(Arc::clone(&access))))?;
+    registry.register(Arc::new(grep::GrepTool::new(access)))?;
+    registry.register(Arc::new(bash::Bash::new(env)))?;
+    Ok(())
+}
