@@ -264,10 +264,10 @@ impl Agent {
             .collect();
         let mut fresh = Vec::new();
         for block in &message.content {
-            if let ContentBlock::ToolCall { id, .. } = block {
-                if !seen.insert(id.as_str()) {
-                    fresh.push(id.clone());
-                }
+            if let ContentBlock::ToolCall { id, .. } = block
+                && !seen.insert(id.as_str())
+            {
+                fresh.push(id.clone());
             }
         }
         drop(seen);
@@ -276,11 +276,11 @@ impl Agent {
         }
         let mut n = 0;
         for block in &mut message.content {
-            if let ContentBlock::ToolCall { id, .. } = block {
-                if fresh.contains(id) {
-                    n += 1;
-                    *id = format!("{id}_anvil{}_{n}", self.request.messages.len());
-                }
+            if let ContentBlock::ToolCall { id, .. } = block
+                && fresh.contains(id)
+            {
+                n += 1;
+                *id = format!("{id}_anvil{}_{n}", self.request.messages.len());
             }
         }
     }

@@ -150,10 +150,10 @@ impl EventSink {
     }
 
     async fn deliver(&mut self, event: AgentEvent) {
-        if let Some(tx) = &self.tx {
-            if tx.send(event).await.is_err() {
-                self.tx = None;
-            }
+        if let Some(tx) = &self.tx
+            && tx.send(event).await.is_err()
+        {
+            self.tx = None;
         }
     }
 }

@@ -221,13 +221,13 @@ impl FileAccess {
                 self.workspace_root().display()
             )));
         };
-        if let Some(reason) = protected_reason(root, &target) {
-            if !self.granted.iter().any(|g| target.starts_with(g)) {
-                return Err(ToolError::Failed(format!(
-                    "{} is protected ({reason}); the agent may not change it without the user's explicit grant.",
-                    path.display()
-                )));
-            }
+        if let Some(reason) = protected_reason(root, &target)
+            && !self.granted.iter().any(|g| target.starts_with(g))
+        {
+            return Err(ToolError::Failed(format!(
+                "{} is protected ({reason}); the agent may not change it without the user's explicit grant.",
+                path.display()
+            )));
         }
         if self.is_credential(&target) {
             return Err(ToolError::Failed(format!(

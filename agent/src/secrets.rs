@@ -57,13 +57,22 @@ const SECRET_MARKERS: &[&str] = &[
 pub struct ChildEnv {
     /// Extra variable names the user chose to pass through (trusted config only).
     pub passthrough: BTreeSet<String>,
+    /// The environment to filter; `None` is this process's environment.
+    base: Option<Vec<(String, String)>>,
 }
 
 impl ChildEnv {
     pub fn with_passthrough(names: impl IntoIterator<Item = String>) -> Self {
         Self {
             passthrough: names.into_iter().collect(),
+            base: None,
         }
+    }
+
+    /// Filters `base` instead of this process's environment.
+    pub fn with_base(mut self, base: Vec<(String, String)>) -> Self {
+        self.base = Some(base);
+        self
     }
 
     fn allowed(&self, name: &str) -> bool {
@@ -80,9 +89,12 @@ impl ChildEnv {
         from.into_iter().filter(|(k, _)| self.allowed(k)).collect()
     }
 
-    /// [`filter`](Self::filter) over the current process environment.
+    /// [`filter`](Self::filter) over the base environment.
     pub fn vars(&self) -> Vec<(String, String)> {
-        self.filter(std::env::vars())
+        match &self.base {
+            Some(base) => self.filter(base.iter().cloned()),
+            None => self.filter(std::env::vars()),
+        }
     }
 }
 

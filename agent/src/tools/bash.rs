@@ -11,8 +11,10 @@ use crate::tool::{Cancellation, Effects, ToolContext, ToolError, TypedTool};
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 pub const MAX_TIMEOUT_MS: u64 = 600_000;
-/// Bytes kept from the start and the end of each stream.
-const CAPTURE_BYTES: usize = 15 * 1024;
+/// Bytes kept from the start and the end of each stream: both streams together stay under the
+/// registry's 30,000-character result cap, so the supervisor's own cut note (with the exact
+/// byte count) is the one the model sees.
+const CAPTURE_BYTES: usize = 7 * 1024;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
