@@ -11,13 +11,12 @@
 //! - on cancel, a partial response is dropped, and every tool call already in the transcript
 //!   gets a result saying what happened to it, so the transcript stays valid.
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anvil_llm::{
     ChatRequest, ContentBlock, FinishReason, LlmError, Message, MessageBuilder, Provider, Role,
-    StreamEvent, Tail, validate_transcript,
+    StreamEvent, TranscriptError, TranscriptValidator,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -62,6 +61,9 @@ pub struct Agent {
     /// The request sent each step. Its `messages` *is* the transcript, so a step costs no copy
     /// of it; its `tools` are computed once, which also keeps the cache prefix stable.
     request: ChatRequest,
+    /// Kept in step with `request.messages`: every append is checked against it, so each step
+    /// validates only what it adds.
+    validator: TranscriptValidator,
     max_steps: u32,
     cwd: PathBuf,
     events: EventSink,
@@ -92,6 +94,7 @@ impl Agent {
             provider,
             tools,
             request,
+            validator: TranscriptValidator::new(),
             max_steps: cfg.max_steps,
             cwd: cwd.into(),
             events,
@@ -104,14 +107,20 @@ impl Agent {
     }
 
     /// Replaces the transcript (resuming a session); it must be a valid one.
-    pub fn set_messages(
-        &mut self,
-        messages: Vec<Message>,
-    ) -> Result<(), anvil_llm::TranscriptError> {
+    pub fn set_messages(&mut self, messages: Vec<Message>) -> Result<(), TranscriptError> {
+        let validator = TranscriptValidator::from_messages(&messages)?;
         if !messages.is_empty() {
-            validate_transcript(&messages, Tail::Complete)?;
+            validator.check_complete()?;
         }
+        self.validator = validator;
         self.request.messages = messages;
+        Ok(())
+    }
+
+    /// Appends a message that must keep the transcript valid.
+    fn append(&mut self, message: Message) -> Result<(), TranscriptError> {
+        self.validator.push(&message)?;
+        self.request.messages.push(message);
         Ok(())
     }
 
@@ -132,11 +141,16 @@ impl Agent {
 
     async fn turn(&mut self, input: Vec<ContentBlock>, cancel: &CancellationToken) -> TurnOutcome {
         // A user message after a cancelled or failed step merges into it: roles keep alternating.
-        match self.request.messages.last_mut() {
-            Some(last) if last.role == Role::User => last.content.extend(input),
-            _ => self.request.messages.push(Message::new(Role::User, input)),
-        }
-        if let Err(e) = validate_transcript(&self.request.messages, Tail::Complete) {
+        let checked = match self.request.messages.last_mut() {
+            Some(last) if last.role == Role::User => {
+                last.content.extend(input);
+                // A changed message: re-check the transcript once for this turn.
+                TranscriptValidator::from_messages(&self.request.messages)
+                    .map(|v| self.validator = v)
+            }
+            _ => self.append(Message::new(Role::User, input)),
+        };
+        if let Err(e) = checked.and_then(|()| self.validator.check_complete()) {
             return broken_transcript(e);
         }
         for step in 1..=self.max_steps {
@@ -185,28 +199,30 @@ impl Agent {
             }),
         };
         if let Some(outcome) = abnormal {
-            self.append_uncommitted(message, &completion.finish);
-            return Step::Finished(outcome);
+            return Step::Finished(match self.append_uncommitted(message, &completion.finish) {
+                Ok(()) => outcome,
+                Err(e) => broken_transcript(e),
+            });
         }
 
         let calls: Vec<(String, String, Value)> = message
             .tool_calls()
             .map(|c| (c.id.to_string(), c.name.to_string(), c.arguments.clone()))
             .collect();
+        // The pending tail is legal only here, between "the model asked" and "the tools ran".
         if !message.content.is_empty() {
-            self.request.messages.push(message);
+            if let Err(e) = self.append(message) {
+                return Step::Finished(broken_transcript(e));
+            }
         }
         if calls.is_empty() {
             return Step::Finished(TurnOutcome::Done);
         }
-        if let Err(e) = validate_transcript(&self.request.messages, Tail::PendingToolCalls) {
-            return Step::Finished(broken_transcript(e));
-        }
         let results = self.run_tools(&calls, cancel).await;
-        self.request
-            .messages
-            .push(Message::new(Role::User, results));
-        if let Err(e) = validate_transcript(&self.request.messages, Tail::Complete) {
+        if let Err(e) = self
+            .append(Message::new(Role::User, results))
+            .and_then(|()| self.validator.check_complete())
+        {
             return Step::Finished(broken_transcript(e));
         }
         if cancel.is_cancelled() {
@@ -256,40 +272,29 @@ impl Agent {
     /// Canonical tool-call ids are ours: a provider id that repeats one already in the
     /// transcript (some servers reuse "call_0" every response) is replaced by a fresh one.
     fn mint_unique_ids(&self, message: &mut Message) {
-        let mut seen: HashSet<&str> = self
-            .request
-            .messages
-            .iter()
-            .flat_map(|m| m.tool_calls().map(|c| c.id))
-            .collect();
-        let mut fresh = Vec::new();
-        for block in &message.content {
-            if let ContentBlock::ToolCall { id, .. } = block
-                && !seen.insert(id.as_str())
-            {
-                fresh.push(id.clone());
-            }
-        }
-        drop(seen);
-        if fresh.is_empty() {
-            return;
-        }
+        let position = self.request.messages.len();
+        let mut in_message: Vec<String> = Vec::new();
         let mut n = 0;
         for block in &mut message.content {
-            if let ContentBlock::ToolCall { id, .. } = block
-                && fresh.contains(id)
-            {
-                n += 1;
-                *id = format!("{id}_anvil{}_{n}", self.request.messages.len());
+            if let ContentBlock::ToolCall { id, .. } = block {
+                if self.validator.has_call_id(id) || in_message.contains(id) {
+                    n += 1;
+                    *id = format!("{id}_anvil{position}_{n}");
+                }
+                in_message.push(id.clone());
             }
         }
     }
 
     /// Records a response that did not finish normally. Its tool calls stay in the transcript
     /// (the model said them) but are answered as not executed, so the transcript stays valid.
-    fn append_uncommitted(&mut self, message: Message, finish: &FinishReason) {
+    fn append_uncommitted(
+        &mut self,
+        message: Message,
+        finish: &FinishReason,
+    ) -> Result<(), TranscriptError> {
         if message.content.is_empty() {
-            return;
+            return Ok(());
         }
         let results: Vec<ContentBlock> = message
             .tool_calls()
@@ -304,12 +309,11 @@ impl Agent {
                 )
             })
             .collect();
-        self.request.messages.push(message);
+        self.append(message)?;
         if !results.is_empty() {
-            self.request
-                .messages
-                .push(Message::new(Role::User, results));
+            self.append(Message::new(Role::User, results))?;
         }
+        Ok(())
     }
 
     /// Runs a batch: concurrently when every call is read-only, else one by one in order (a
@@ -402,7 +406,7 @@ fn finish_label(finish: &FinishReason) -> String {
     }
 }
 
-fn broken_transcript(e: anvil_llm::TranscriptError) -> TurnOutcome {
+fn broken_transcript(e: TranscriptError) -> TurnOutcome {
     TurnOutcome::Failed {
         error: format!("the transcript is invalid, so no request was sent: {e}"),
         retryable: false,

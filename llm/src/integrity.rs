@@ -74,21 +74,76 @@ fn id_suffix(id: &Option<String>) -> String {
 
 /// Checks the transcript invariant (see the module docs).
 pub fn validate_transcript(messages: &[Message], tail: Tail) -> Result<(), TranscriptError> {
-    let first = messages.first().ok_or(TranscriptError::Empty)?;
-    if first.role != Role::User {
-        return Err(TranscriptError::FirstNotUser { role: first.role });
+    if messages.is_empty() {
+        return Err(TranscriptError::Empty);
+    }
+    let validator = TranscriptValidator::from_messages(messages)?;
+    match tail {
+        Tail::Complete => validator.check_complete(),
+        Tail::PendingToolCalls => Ok(()),
+    }
+}
+
+/// Validates a transcript as it grows. Each appended message is checked against the state the
+/// earlier ones left (ids seen, calls awaiting results), so a long session pays per message
+/// instead of re-checking the whole transcript every step. [`validate_transcript`] is this
+/// validator run over a whole transcript: there is one algorithm.
+#[derive(Debug, Clone, Default)]
+pub struct TranscriptValidator {
+    len: usize,
+    last_role: Option<Role>,
+    /// Every tool-call id so far, with the index of the message that introduced it.
+    seen: HashMap<String, usize>,
+    /// The calls of the last message, if it is an assistant message, in order.
+    open_calls: Vec<String>,
+}
+
+impl TranscriptValidator {
+    pub fn new() -> Self {
+        Self::default()
     }
 
-    // Pass 1: block placement, empty ids, and global uniqueness of call ids, over the original
-    // blocks (collecting into a set first would hide duplicates).
-    let mut first_seen: HashMap<&str, usize> = HashMap::new();
-    for (index, message) in messages.iter().enumerate() {
-        if index > 0 && messages[index - 1].role == message.role {
-            return Err(TranscriptError::RolesNotAlternating {
-                index,
-                role: message.role,
-            });
+    /// A validator that has seen `messages` (pending calls allowed at the end).
+    pub fn from_messages(messages: &[Message]) -> Result<Self, TranscriptError> {
+        let mut v = Self::new();
+        for m in messages {
+            v.push(m)?;
         }
+        Ok(v)
+    }
+
+    /// Messages seen so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `id` is already used by a tool call in the transcript.
+    pub fn has_call_id(&self, id: &str) -> bool {
+        self.seen.contains_key(id)
+    }
+
+    /// Checks `message` as the next one; on success it becomes part of the state.
+    pub fn push(&mut self, message: &Message) -> Result<(), TranscriptError> {
+        let index = self.len;
+        match (index, self.last_role) {
+            (0, _) if message.role != Role::User => {
+                return Err(TranscriptError::FirstNotUser { role: message.role });
+            }
+            (_, Some(last)) if last == message.role => {
+                return Err(TranscriptError::RolesNotAlternating {
+                    index,
+                    role: message.role,
+                });
+            }
+            _ => {}
+        }
+        // Placement, empty ids and uniqueness over the original blocks (a set would hide a
+        // duplicate within one message).
+        let mut new_calls: Vec<&str> = Vec::new();
         for block in &message.content {
             match (message.role, block) {
                 (Role::Assistant, ContentBlock::ToolCall { id, .. }) => {
@@ -98,14 +153,19 @@ pub fn validate_transcript(messages: &[Message], tail: Tail) -> Result<(), Trans
                             kind: BlockKind::ToolCall,
                         });
                     }
-                    if let Some(&first_index) = first_seen.get(id.as_str()) {
+                    let first = self
+                        .seen
+                        .get(id.as_str())
+                        .copied()
+                        .or_else(|| new_calls.contains(&id.as_str()).then_some(index));
+                    if let Some(first_index) = first {
                         return Err(TranscriptError::DuplicateCallId {
                             index,
                             id: id.clone(),
                             first_index,
                         });
                     }
-                    first_seen.insert(id, index);
+                    new_calls.push(id);
                 }
                 (Role::User, ContentBlock::ToolResult { call_id, .. }) => {
                     if call_id.is_empty() {
@@ -139,59 +199,57 @@ pub fn validate_transcript(messages: &[Message], tail: Tail) -> Result<(), Trans
                 ) => {}
             }
         }
-    }
-
-    // Pass 2: pair each message's results with the previous message's calls.
-    for (index, message) in messages.iter().enumerate() {
-        if message.role != Role::User {
-            continue;
-        }
-        let called: HashSet<&str> = match index.checked_sub(1) {
-            Some(prev) => messages[prev].tool_calls().map(|c| c.id).collect(),
-            None => HashSet::new(),
-        };
-        let mut answered: HashSet<&str> = HashSet::new();
-        for block in &message.content {
-            if let ContentBlock::ToolResult { call_id, .. } = block {
-                if !called.contains(call_id.as_str()) {
-                    return Err(TranscriptError::OrphanResult {
-                        index,
-                        id: call_id.clone(),
-                    });
-                }
-                if !answered.insert(call_id) {
-                    return Err(TranscriptError::DuplicateResult {
-                        index,
-                        id: call_id.clone(),
-                    });
+        if message.role == Role::User {
+            // Pair this message's results with the previous message's calls.
+            let mut answered: HashSet<&str> = HashSet::new();
+            for block in &message.content {
+                if let ContentBlock::ToolResult { call_id, .. } = block {
+                    if !self.open_calls.iter().any(|c| c == call_id) {
+                        return Err(TranscriptError::OrphanResult {
+                            index,
+                            id: call_id.clone(),
+                        });
+                    }
+                    if !answered.insert(call_id) {
+                        return Err(TranscriptError::DuplicateResult {
+                            index,
+                            id: call_id.clone(),
+                        });
+                    }
                 }
             }
+            if let Some(missing) = self
+                .open_calls
+                .iter()
+                .find(|c| !answered.contains(c.as_str()))
+            {
+                return Err(TranscriptError::MissingResult {
+                    index: index - 1,
+                    id: missing.clone(),
+                });
+            }
         }
-        if let Some(prev) = index.checked_sub(1)
-            && let Some(missing) = messages[prev]
-                .tool_calls()
-                .find(|c| !answered.contains(c.id))
-        {
-            return Err(TranscriptError::MissingResult {
-                index: prev,
-                id: missing.id.to_string(),
-            });
+        // Commit.
+        self.open_calls = new_calls.iter().map(|c| c.to_string()).collect();
+        for id in new_calls {
+            self.seen.insert(id.to_string(), index);
         }
+        self.len += 1;
+        self.last_role = Some(message.role);
+        Ok(())
     }
 
-    // The final assistant message: its calls are answered only in the pending state.
-    let last_index = messages.len() - 1;
-    let last = &messages[last_index];
-    if last.role == Role::Assistant
-        && tail == Tail::Complete
-        && let Some(call) = last.tool_calls().next()
-    {
-        return Err(TranscriptError::MissingResult {
-            index: last_index,
-            id: call.id.to_string(),
-        });
+    /// The transcript is ready for a request: no tool call waits for its result.
+    pub fn check_complete(&self) -> Result<(), TranscriptError> {
+        match self.open_calls.first() {
+            Some(id) => Err(TranscriptError::MissingResult {
+                index: self.len - 1,
+                id: id.clone(),
+            }),
+            None if self.len == 0 => Err(TranscriptError::Empty),
+            None => Ok(()),
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -463,6 +521,34 @@ mod tests {
             Err(TranscriptError::MissingResult {
                 index: 1,
                 id: "a".into()
+            })
+        );
+    }
+
+    #[test]
+    fn the_incremental_validator_agrees_and_rejects_without_committing() {
+        let mut v = TranscriptValidator::new();
+        v.push(&user(vec![text("go")])).unwrap();
+        v.push(&assistant(vec![call("a")])).unwrap();
+        assert!(v.has_call_id("a"));
+        assert_eq!(
+            v.check_complete(),
+            Err(TranscriptError::MissingResult {
+                index: 1,
+                id: "a".into()
+            })
+        );
+        // A bad message is refused and leaves the state as it was.
+        assert!(v.push(&user(vec![result("zzz")])).is_err());
+        assert_eq!(v.len(), 2);
+        v.push(&user(vec![result("a")])).unwrap();
+        assert_eq!(v.check_complete(), Ok(()));
+        assert_eq!(
+            v.push(&assistant(vec![call("a")])),
+            Err(TranscriptError::DuplicateCallId {
+                index: 3,
+                id: "a".into(),
+                first_index: 1
             })
         );
     }

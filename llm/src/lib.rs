@@ -43,7 +43,7 @@ pub mod types;
 
 pub use builder::{Completion, MessageBuilder, collect};
 pub use error::LlmError;
-pub use integrity::{Tail, TranscriptError, validate_transcript};
+pub use integrity::{Tail, TranscriptError, TranscriptValidator, validate_transcript};
 pub use protocol::Protocol;
 pub use provider::{EventStream, Provider};
 pub use stream::{FinishReason, StreamEvent, Usage};

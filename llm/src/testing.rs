@@ -31,6 +31,7 @@ pub struct ScriptedProvider {
     state: Mutex<State>,
     /// A pause before each event, for tests of cancellation and slow consumers.
     event_delay: Duration,
+    record: bool,
 }
 
 impl ScriptedProvider {
@@ -46,7 +47,14 @@ impl ScriptedProvider {
                 requests: Vec::new(),
             }),
             event_delay: Duration::ZERO,
+            record: true,
         }
+    }
+
+    /// Stops recording requests: benchmarks should not pay for copying every transcript.
+    pub fn without_recording(mut self) -> Self {
+        self.record = false;
+        self
     }
 
     pub fn with_event_delay(mut self, delay: Duration) -> Self {
@@ -82,7 +90,9 @@ impl Provider for ScriptedProvider {
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
         let next = {
             let mut state = self.lock();
-            state.requests.push(req.clone());
+            if self.record {
+                state.requests.push(req.clone());
+            }
             state.script.pop_front()
         };
         let delay = self.event_delay;
