@@ -210,10 +210,10 @@ impl Agent {
             .map(|c| (c.id.to_string(), c.name.to_string(), c.arguments.clone()))
             .collect();
         // The pending tail is legal only here, between "the model asked" and "the tools ran".
-        if !message.content.is_empty() {
-            if let Err(e) = self.append(message) {
-                return Step::Finished(broken_transcript(e));
-            }
+        if !message.content.is_empty()
+            && let Err(e) = self.append(message)
+        {
+            return Step::Finished(broken_transcript(e));
         }
         if calls.is_empty() {
             return Step::Finished(TurnOutcome::Done);
