@@ -37,6 +37,11 @@ pub struct AgentConfig {
     /// The output limit of each request.
     pub max_tokens: u32,
     pub temperature: Option<f32>,
+    /// Ask for prompt-cache breakpoints (Anthropic). On by default: a coding session resends
+    /// the same prefix every step.
+    pub cache: bool,
+    /// OpenAI's `prompt_cache_key`, where the provider accepts it.
+    pub prompt_cache_key: Option<String>,
 }
 
 impl Default for AgentConfig {
@@ -47,6 +52,8 @@ impl Default for AgentConfig {
             max_steps: 50,
             max_tokens: 8_192,
             temperature: None,
+            cache: true,
+            prompt_cache_key: None,
         }
     }
 }
@@ -89,6 +96,8 @@ impl Agent {
             tools: tools.specs(),
             max_tokens: cfg.max_tokens,
             temperature: cfg.temperature,
+            cache: cfg.cache,
+            prompt_cache_key: cfg.prompt_cache_key,
         };
         Self {
             provider,

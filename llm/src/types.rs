@@ -200,6 +200,12 @@ pub struct ChatRequest {
     pub max_tokens: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f32>,
+    /// Ask for prompt caching where the provider needs to be told (Anthropic breakpoints).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cache: bool,
+    /// Routes requests with the same prefix to the same cache (OpenAI's `prompt_cache_key`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<String>,
 }
 
 #[cfg(test)]

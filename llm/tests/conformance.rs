@@ -64,6 +64,7 @@ fn request(model: &str, messages: Vec<Message>, tools: Vec<ToolSpec>) -> ChatReq
         tools,
         max_tokens: 256,
         temperature: Some(0.0),
+        ..ChatRequest::default()
     }
 }
 

@@ -27,13 +27,32 @@ pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
     body.insert(caps.max_tokens_field.into(), json!(req.max_tokens));
     body.insert("stream".into(), json!(true));
     if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
-        body.insert("system".into(), json!(system));
+        if req.cache {
+            // Breakpoint 1: tools + system, the stable prefix of every request in a session.
+            body.insert(
+                "system".into(),
+                json!([{"type": "text", "text": system, "cache_control": {"type": "ephemeral"}}]),
+            );
+        } else {
+            body.insert("system".into(), json!(system));
+        }
     }
-    let messages: Vec<Value> = req
+    let mut messages: Vec<Value> = req
         .messages
         .iter()
         .map(|m| message_to_wire(m, caps))
         .collect();
+    if req.cache {
+        // Breakpoint 2: the end of the conversation, so the next step reads all of it from cache.
+        if let Some(block) = messages
+            .last_mut()
+            .and_then(|m| m.get_mut("content"))
+            .and_then(Value::as_array_mut)
+            .and_then(|blocks| blocks.last_mut())
+        {
+            block["cache_control"] = json!({"type": "ephemeral"});
+        }
+    }
     body.insert("messages".into(), Value::Array(messages));
     if !req.tools.is_empty() {
         let tools: Vec<Value> = req
@@ -539,6 +558,7 @@ mod tests {
             }],
             max_tokens: 1024,
             temperature: None,
+            ..ChatRequest::default()
         }
     }
 
@@ -564,6 +584,32 @@ mod tests {
     #[test]
     fn to_wire_snapshot() {
         insta::assert_json_snapshot!(to_wire(&request(), &caps()));
+    }
+
+    #[test]
+    fn cache_hints_are_exactly_two_breakpoints() {
+        let req = ChatRequest {
+            cache: true,
+            ..request()
+        };
+        let wire = to_wire(&req, &caps());
+        insta::assert_json_snapshot!(wire);
+        assert_eq!(wire.to_string().matches("cache_control").count(), 2);
+        assert_eq!(
+            wire["system"][0]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        let last = wire["messages"].as_array().unwrap().last().unwrap();
+        assert_eq!(
+            last["content"][0]["cache_control"],
+            json!({"type": "ephemeral"})
+        );
+        // Off by default.
+        assert!(
+            !to_wire(&request(), &caps())
+                .to_string()
+                .contains("cache_control")
+        );
     }
 
     #[test]

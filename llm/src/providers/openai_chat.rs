@@ -78,6 +78,9 @@ pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
     if let (Some(t), true) = (req.temperature, caps.temperature) {
         body.insert("temperature".into(), json!(t));
     }
+    if let Some(key) = &req.prompt_cache_key {
+        body.insert("prompt_cache_key".into(), json!(key));
+    }
     Value::Object(body)
 }
 
@@ -585,6 +588,7 @@ mod tests {
             }],
             max_tokens: 256,
             temperature: Some(0.0),
+            ..ChatRequest::default()
         };
         let wire = to_wire(&req, &caps(MaxTokensField::MaxTokens));
         insta::assert_json_snapshot!(wire);
@@ -596,6 +600,15 @@ mod tests {
         );
         assert_eq!(msgs[4]["content"], "ERROR: city not found");
         assert!(!wire.to_string().contains("dropped"));
+    }
+
+    #[test]
+    fn prompt_cache_key_is_sent_when_configured() {
+        let mut req = ChatRequest::default();
+        let all = caps(MaxTokensField::MaxTokens);
+        assert!(to_wire(&req, &all).get("prompt_cache_key").is_none());
+        req.prompt_cache_key = Some("anvil-abc".into());
+        assert_eq!(to_wire(&req, &all)["prompt_cache_key"], "anvil-abc");
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
         body.insert("temperature".into(), json!(t));
     }
     body.insert("stream".into(), json!(true));
+    if let Some(key) = &req.prompt_cache_key {
+        body.insert("prompt_cache_key".into(), json!(key));
+    }
     Value::Object(body)
 }
 
@@ -585,6 +588,7 @@ mod tests {
             }],
             max_tokens: 300,
             temperature: None,
+            ..ChatRequest::default()
         };
         let wire = to_wire(&req, &Capabilities::of(Protocol::OpenaiResponses));
         assert_eq!(wire["instructions"], "sys");
