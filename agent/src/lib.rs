@@ -14,6 +14,8 @@ pub mod event;
 pub mod file_access;
 /// The process supervisor: process groups, bounded capture, timeouts, cleanup.
 pub mod process;
+/// The system prompt: base instructions, environment, AGENTS.md discovery.
+pub mod prompt;
 /// ToolRegistry: specs and dispatch that never fails.
 pub mod registry;
 /// Child-process environment and redaction of secrets.
