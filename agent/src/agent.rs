@@ -126,6 +126,34 @@ impl Agent {
         Ok(())
     }
 
+    /// Continues the session on another model. The transcript is handed off deliberately:
+    /// reasoning the new target cannot replay is dropped and foreign provider state removed
+    /// (see `anvil_llm::handoff`). Returns what was left behind.
+    pub fn switch_model(
+        &mut self,
+        provider: Arc<dyn Provider>,
+        model: String,
+        protocol: anvil_llm::Protocol,
+        max_tokens: u32,
+    ) -> anvil_llm::handoff::Handoff {
+        let handoff = anvil_llm::handoff::handoff(&self.request.messages, protocol);
+        self.request.messages = handoff.messages.clone();
+        // The handoff keeps every call and result, so the transcript stays valid; re-derive the
+        // validator from it all the same.
+        if let Ok(v) = TranscriptValidator::from_messages(&self.request.messages) {
+            self.validator = v;
+        }
+        self.provider = provider;
+        self.request.model = model;
+        self.request.max_tokens = max_tokens;
+        handoff
+    }
+
+    /// The model id requests are sent to.
+    pub fn model(&self) -> &str {
+        &self.request.model
+    }
+
     /// Appends a message that must keep the transcript valid.
     fn append(&mut self, message: Message) -> Result<(), TranscriptError> {
         self.validator.push(&message)?;

@@ -82,14 +82,14 @@ fn read_capped(path: &Path) -> Option<String> {
 /// repository, only `cwd` itself is searched.
 pub fn discover_instructions(cwd: &Path, global: Option<&Path>) -> Vec<Instructions> {
     let mut found = Vec::new();
-    if let Some(path) = global {
-        if let Some(content) = read_capped(path) {
-            found.push(Instructions {
-                label: "~/.config/anvil/AGENTS.md (your global instructions)".into(),
-                path: path.to_path_buf(),
-                content,
-            });
-        }
+    if let Some(path) = global
+        && let Some(content) = read_capped(path)
+    {
+        found.push(Instructions {
+            label: "~/.config/anvil/AGENTS.md (your global instructions)".into(),
+            path: path.to_path_buf(),
+            content,
+        });
     }
     let root = git_root(cwd);
     let dirs: Vec<&Path> = match &root {

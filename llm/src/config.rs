@@ -46,6 +46,10 @@ pub struct ProviderConfig {
     /// `false` for models that cannot see images (they get a placeholder text instead).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<bool>,
+    /// OpenAI protocols: send `prompt_cache_key`. Default: only to OpenAI's own endpoint, since
+    /// other servers may reject fields they do not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_cache_key: Option<bool>,
 }
 
 impl ProviderConfig {
@@ -59,6 +63,15 @@ impl ProviderConfig {
             caps = caps.with_images(images);
         }
         caps
+    }
+
+    /// Whether requests to this provider carry a `prompt_cache_key`.
+    pub fn sends_prompt_cache_key(&self) -> bool {
+        let openai = matches!(self.kind, Protocol::OpenaiChat | Protocol::OpenaiResponses);
+        openai
+            && self
+                .prompt_cache_key
+                .unwrap_or_else(|| self.effective_base_url().contains("api.openai.com"))
     }
 
     /// The endpoint this provider talks to.
@@ -225,6 +238,7 @@ impl Config {
             max_tokens_field: None,
             schema_dialect: None,
             images: None,
+            prompt_cache_key: None,
         };
         for (name, p) in [
             (

@@ -42,6 +42,8 @@ pub struct ResolvedModel {
     pub limits: ModelLimits,
     /// `None` is unknown pricing, never free.
     pub pricing: Option<Pricing>,
+    /// Whether to send OpenAI's `prompt_cache_key` to this provider.
+    pub prompt_cache_key: bool,
     /// sha256 of everything that decides this model's behaviour (protocol, endpoint, model id,
     /// limits), recorded with eval results. The credential is not part of it.
     pub config_digest: String,
@@ -164,6 +166,7 @@ impl Registry {
             model: model_config.model,
             limits,
             pricing: model_config.pricing,
+            prompt_cache_key: provider_config.sends_prompt_cache_key(),
             config_digest,
         })
     }

@@ -1,0 +1,59 @@
+//! The exit codes of `anvil -p`, one per way a turn can end. Scripts branch on these; they are
+//! documented in `--help` and the README, and must never change meaning.
+
+use anvil_agent::TurnOutcome;
+
+pub const DONE: i32 = 0;
+/// The turn failed: the provider was unreachable after retries, a stream broke, or a tool
+/// setup failed.
+pub const FAILED: i32 = 1;
+pub const MAX_STEPS: i32 = 2;
+/// The model hit its output-token limit.
+pub const MAX_TOKENS: i32 = 3;
+pub const REFUSED: i32 = 4;
+/// The provider stopped for a reason anvil does not model.
+pub const PROTOCOL_STOPPED: i32 = 5;
+/// Configuration: a missing API key, an unknown model, an invalid config file.
+pub const CONFIG: i32 = 6;
+/// The command line was wrong.
+pub const USAGE: i32 = 64;
+/// Interrupted (Ctrl-C) or stdout closed.
+pub const CANCELLED: i32 = 130;
+
+pub fn code(outcome: &TurnOutcome) -> i32 {
+    match outcome {
+        TurnOutcome::Done => DONE,
+        TurnOutcome::MaxSteps => MAX_STEPS,
+        TurnOutcome::MaxTokens => MAX_TOKENS,
+        TurnOutcome::Refused => REFUSED,
+        TurnOutcome::Cancelled => CANCELLED,
+        TurnOutcome::ProtocolStopped { .. } => PROTOCOL_STOPPED,
+        TurnOutcome::Failed { .. } => FAILED,
+    }
+}
+
+/// The outcome's name in JSON output (`jq .outcome`).
+pub fn name(outcome: &TurnOutcome) -> &'static str {
+    match outcome {
+        TurnOutcome::Done => "done",
+        TurnOutcome::MaxSteps => "max_steps",
+        TurnOutcome::MaxTokens => "max_tokens",
+        TurnOutcome::Refused => "refused",
+        TurnOutcome::Cancelled => "cancelled",
+        TurnOutcome::ProtocolStopped { .. } => "protocol_stopped",
+        TurnOutcome::Failed { .. } => "failed",
+    }
+}
+
+/// The exit-code table for `--help`.
+pub const TABLE: &str = "\
+Exit codes (headless mode):
+  0    done: the model finished its answer
+  1    failed: provider unreachable after retries, broken stream, or a runtime error
+  2    max steps: the step limit (--max-steps) was reached
+  3    max tokens: the model hit its output limit
+  4    refused: the model refused
+  5    protocol stopped: the provider stopped for a reason anvil does not model
+  6    configuration error: missing API key, unknown model, invalid config
+  64   usage error: bad command-line arguments
+  130  cancelled: Ctrl-C, or stdout was closed";

@@ -1,0 +1,228 @@
+//! `anvil -p`: exactly one turn, output for scripts, and an exit code that says how it ended.
+//!
+//! stdout carries only the requested output; nothing is logged to stdout or stderr. At the end
+//! of the turn the agent (and with it every event sender) is dropped, the renderer drains to
+//! its end, stdout is flushed, and only then is the exit code chosen. A closed stdout (the
+//! reader of a pipe went away) or Ctrl-C cancels the turn, which kills its tool processes.
+
+use std::io::{IsTerminal, Read, Write};
+
+use anvil_agent::{AgentEvent, EventSink, TurnOutcome};
+use anvil_llm::{ContentBlock, Role, Usage};
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::{Cli, OutputFormat};
+use crate::exit;
+use crate::setup;
+
+/// The most stdin that is appended to the prompt.
+const MAX_STDIN_BYTES: usize = 16 * 1024 * 1024;
+
+/// What the renderer saw of the turn.
+#[derive(Debug, Default)]
+struct Summary {
+    steps: u32,
+    usage: Usage,
+    stdout_closed: bool,
+}
+
+pub async fn run(cli: Cli, prompt: String) -> i32 {
+    let prompt = match with_stdin(prompt) {
+        Ok(p) => p,
+        Err(e) => return fail_setup(cli.output_format, &e, exit::USAGE),
+    };
+    let (sink, events) = EventSink::channel(256);
+    let mut session = match setup::build(&cli, sink) {
+        Ok(s) => s,
+        Err(e) => return fail_setup(cli.output_format, &e.0, exit::CONFIG),
+    };
+    let cancel = CancellationToken::new();
+    let ctrl_c = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                cancel.cancel();
+            }
+        })
+    };
+    watch_stdout_closed(cancel.clone());
+    let renderer = tokio::spawn(render(cli.output_format, events, cancel.clone()));
+
+    let outcome = session
+        .agent
+        .run_turn(vec![ContentBlock::text(prompt)], cancel.clone())
+        .await;
+    let final_text = session
+        .agent
+        .messages()
+        .last()
+        .filter(|m| m.role == Role::Assistant)
+        .map(|m| m.text())
+        .unwrap_or_default();
+    drop(session.agent); // closes the event channel: the renderer drains and ends
+    ctrl_c.abort();
+    let summary = renderer.await.unwrap_or_default();
+
+    let mut stdout = std::io::stdout().lock();
+    let written = match cli.output_format {
+        OutputFormat::Text => {
+            let mut r = Ok(());
+            if !final_text.is_empty() {
+                r = writeln!(stdout, "{}", final_text.trim_end());
+            }
+            if outcome != TurnOutcome::Done {
+                eprintln!("anvil: {}", describe(&outcome));
+            }
+            r
+        }
+        OutputFormat::Json => {
+            let mut object = json!({
+                "outcome": exit::name(&outcome),
+                "text": final_text,
+                "steps": summary.steps,
+                "usage": summary.usage,
+                "model": session.model.name,
+                "provider": session.model.provider_name,
+                "model_id": session.model.model,
+            });
+            match &outcome {
+                TurnOutcome::Failed { error, retryable } => {
+                    object["error"] = json!(error);
+                    object["retryable"] = json!(retryable);
+                }
+                TurnOutcome::ProtocolStopped { reason } => object["reason"] = json!(reason),
+                _ => {}
+            }
+            writeln!(stdout, "{object}")
+        }
+        OutputFormat::StreamJson => Ok(()),
+    };
+    if written.and_then(|()| stdout.flush()).is_err() || summary.stdout_closed {
+        return exit::CANCELLED;
+    }
+    exit::code(&outcome)
+}
+
+/// `prompt`, with piped stdin appended.
+fn with_stdin(prompt: String) -> Result<String, String> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Ok(prompt);
+    }
+    let mut piped = Vec::new();
+    stdin
+        .lock()
+        .take(MAX_STDIN_BYTES as u64 + 1)
+        .read_to_end(&mut piped)
+        .map_err(|e| format!("could not read stdin: {e}"))?;
+    if piped.len() > MAX_STDIN_BYTES {
+        return Err(format!(
+            "stdin is larger than {} MiB; pass a smaller input or a file path in the prompt",
+            MAX_STDIN_BYTES / (1024 * 1024)
+        ));
+    }
+    let piped = String::from_utf8_lossy(&piped);
+    if piped.trim().is_empty() {
+        return Ok(prompt);
+    }
+    Ok(format!("{prompt}\n\n{}", piped.trim_end()))
+}
+
+fn fail_setup(format: OutputFormat, error: &str, code: i32) -> i32 {
+    match format {
+        OutputFormat::Text => eprintln!("anvil: {error}"),
+        OutputFormat::Json | OutputFormat::StreamJson => {
+            let kind = if code == exit::CONFIG {
+                "config_error"
+            } else {
+                "usage_error"
+            };
+            println!("{}", json!({"outcome": kind, "error": error}));
+        }
+    }
+    code
+}
+
+/// How a non-done outcome reads on stderr in text mode.
+fn describe(outcome: &TurnOutcome) -> String {
+    match outcome {
+        TurnOutcome::Done => "done".into(),
+        TurnOutcome::MaxSteps => "stopped: the step limit was reached (raise --max-steps)".into(),
+        TurnOutcome::MaxTokens => "stopped: the model hit its output-token limit".into(),
+        TurnOutcome::Refused => "the model refused".into(),
+        TurnOutcome::Cancelled => "cancelled".into(),
+        TurnOutcome::ProtocolStopped { reason } => {
+            format!("stopped: the provider ended the response with '{reason}'")
+        }
+        TurnOutcome::Failed { error, .. } => format!("failed: {error}"),
+    }
+}
+
+/// Consumes the events: counts steps and usage, and in stream-json mode writes each one as a
+/// line. A write that fails (stdout closed) cancels the turn; the channel is still drained so
+/// the agent never waits on a reader that is gone.
+async fn render(
+    format: OutputFormat,
+    mut events: mpsc::Receiver<AgentEvent>,
+    cancel: CancellationToken,
+) -> Summary {
+    let mut summary = Summary::default();
+    let mut out = std::io::stdout();
+    while let Some(event) = events.recv().await {
+        match &event {
+            AgentEvent::StepStarted { .. } => summary.steps += 1,
+            AgentEvent::Usage { usage } => {
+                summary.usage.input += usage.input;
+                summary.usage.output += usage.output;
+                summary.usage.cache_read += usage.cache_read;
+                summary.usage.cache_write += usage.cache_write;
+            }
+            _ => {}
+        }
+        if format == OutputFormat::StreamJson && !summary.stdout_closed {
+            let line = serde_json::to_string(&event).unwrap_or_default();
+            let mut lock = out.lock();
+            if writeln!(lock, "{line}")
+                .and_then(|()| lock.flush())
+                .is_err()
+            {
+                summary.stdout_closed = true;
+                cancel.cancel();
+            }
+        }
+    }
+    let _ = out.flush();
+    summary
+}
+
+/// When stdout is a pipe, cancels the turn as soon as its reader goes away, even if nothing is
+/// being written at that moment.
+fn watch_stdout_closed(cancel: CancellationToken) {
+    use std::os::unix::fs::FileTypeExt;
+    let is_pipe = std::fs::metadata("/proc/self/fd/1")
+        .map(|m| m.file_type().is_fifo())
+        .unwrap_or(false);
+    if !is_pipe {
+        return;
+    }
+    std::thread::spawn(move || {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let stdout = std::io::stdout();
+        // No events requested: poll wakes only for POLLERR/POLLHUP, i.e. the reader is gone.
+        let mut fds = [PollFd::new(stdout.as_fd(), PollFlags::empty())];
+        loop {
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(n) if n > 0 => {
+                    cancel.cancel();
+                    return;
+                }
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => return,
+            }
+        }
+    });
+}

@@ -1,0 +1,18 @@
+//! anvil-runner: the `anvil` command (interactive REPL and headless `-p`). The job queue,
+//! workspaces and workers of eval sweeps and `anvil auto` join it later.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+/// The command line.
+pub mod cli;
+/// Exit codes, one per turn outcome.
+pub mod exit;
+/// `anvil -p`.
+pub mod headless;
+/// Log output to a file, never to the terminal.
+pub mod logging;
+/// The interactive renderer.
+pub mod render;
+/// The interactive session.
+pub mod repl;
+/// Building a session: workspace, config, model, tools, prompt.
+pub mod setup;

@@ -1,0 +1,36 @@
+//! `anvil`: see `anvil --help`.
+
+use clap::Parser;
+use clap::error::ErrorKind;
+
+use anvil_runner::cli::Cli;
+use anvil_runner::{exit, headless, logging, repl};
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => exit::DONE,
+                _ => exit::USAGE,
+            };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    logging::init();
+    let code = match cli.print.clone() {
+        Some(prompt) => match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt.block_on(headless::run(cli, prompt)),
+            Err(e) => {
+                eprintln!("anvil: cannot start the runtime: {e}");
+                exit::FAILED
+            }
+        },
+        None => repl::run(cli),
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,182 @@
+//! The interactive session: a rustyline prompt, slash commands, and Ctrl-C that cancels the
+//! running turn (and only the turn).
+
+use std::path::PathBuf;
+
+use anvil_agent::{EventSink, TurnOutcome};
+use anvil_llm::ContentBlock;
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+use tokio_util::sync::CancellationToken;
+
+use crate::cli::Cli;
+use crate::exit;
+use crate::render::{self, Style};
+use crate::setup::{self, Session};
+
+const HELP: &str = "\
+Commands:
+  /help           this list
+  /model NAME     continue on another model (alias or provider:model)
+  /clear          start over with an empty conversation
+  /exit           leave (or Ctrl-D)
+Ctrl-C stops the running turn; at the prompt it clears the line.";
+
+fn history_path() -> Option<PathBuf> {
+    let dir = anvil_llm::config::data_dir()?;
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir.join("history.txt"))
+}
+
+pub fn run(cli: Cli) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("anvil: cannot start the runtime: {e}");
+            return exit::FAILED;
+        }
+    };
+    let (sink, events) = EventSink::channel(256);
+    let mut session = match setup::build(&cli, sink) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("anvil: {e}");
+            return exit::CONFIG;
+        }
+    };
+    let style = Style::detect();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<TurnOutcome>();
+    rt.spawn(render::interactive(events, style, done_tx));
+
+    println!(
+        "{}",
+        style.dim(&format!(
+            "anvil · {} ({}) · {} · /help for commands",
+            session.model.name,
+            session.model.model,
+            session.cwd.display()
+        ))
+    );
+    for key in &session.ignored {
+        eprintln!(
+            "{}",
+            style.yellow(&format!(
+                "note: {} in {} was not applied: {}",
+                key.key,
+                key.path.display(),
+                key.reason
+            ))
+        );
+    }
+
+    let mut editor = match DefaultEditor::new() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("anvil: cannot start the line editor: {e}");
+            return exit::FAILED;
+        }
+    };
+    let history = history_path();
+    if let Some(h) = &history {
+        let _ = editor.load_history(h);
+    }
+    loop {
+        match editor.readline("› ") {
+            Ok(line) => {
+                let line = line.trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let _ = editor.add_history_entry(line);
+                if let Some(command) = line.strip_prefix('/') {
+                    if !slash_command(command, &mut session, style) {
+                        break;
+                    }
+                    continue;
+                }
+                let cancel = CancellationToken::new();
+                rt.block_on(async {
+                    let listener = {
+                        let cancel = cancel.clone();
+                        tokio::spawn(async move {
+                            if tokio::signal::ctrl_c().await.is_ok() {
+                                cancel.cancel();
+                            }
+                        })
+                    };
+                    session
+                        .agent
+                        .run_turn(vec![ContentBlock::text(line)], cancel)
+                        .await;
+                    listener.abort();
+                });
+                // Wait until the renderer has put the whole turn on screen.
+                let _ = done_rx.recv();
+            }
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(e) => {
+                eprintln!("anvil: {e}");
+                break;
+            }
+        }
+    }
+    if let Some(h) = &history {
+        let _ = editor.save_history(h);
+    }
+    exit::DONE
+}
+
+/// Runs a slash command; `false` means leave.
+fn slash_command(command: &str, session: &mut Session, style: Style) -> bool {
+    let (name, arg) = command
+        .split_once(char::is_whitespace)
+        .map(|(n, a)| (n, a.trim()))
+        .unwrap_or((command, ""));
+    match name {
+        "exit" | "quit" => return false,
+        "help" => println!("{HELP}"),
+        "clear" => {
+            let _ = session.agent.set_messages(Vec::new());
+            println!("{}", style.dim("(conversation cleared)"));
+        }
+        "model" if arg.is_empty() => println!(
+            "{}",
+            style.dim(&format!(
+                "model: {} ({})",
+                session.model.name, session.model.model
+            ))
+        ),
+        "model" => match session.registry.resolve(arg) {
+            Ok(model) => {
+                let handoff = session.agent.switch_model(
+                    std::sync::Arc::clone(&model.provider),
+                    model.model.clone(),
+                    model.protocol,
+                    model.limits.max_output_tokens,
+                );
+                let mut note = format!("now on {} ({})", model.name, model.model);
+                if handoff.dropped_reasoning > 0 {
+                    note.push_str(&format!(
+                        "; {} reasoning block(s) of the previous model were left behind",
+                        handoff.dropped_reasoning
+                    ));
+                }
+                session.model = model;
+                println!("{}", style.dim(&note));
+            }
+            Err(e) => println!("{}", style.red(&format!("cannot switch: {e}"))),
+        },
+        other => println!(
+            "{}",
+            style.red(&format!(
+                "unknown command /{other}; /help lists the commands"
+            ))
+        ),
+    }
+    true
+}

@@ -1,0 +1,130 @@
+//! From a command line to a ready [`Agent`]: workspace, config, model, tools, prompt.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anvil_agent::file_access::FileAccess;
+use anvil_agent::prompt::PromptBuilder;
+use anvil_agent::secrets::{ChildEnv, Redactor};
+use anvil_agent::tools::register_coding_tools;
+use anvil_agent::{Agent, AgentConfig, EventSink, ToolRegistry};
+use anvil_llm::config::{Config, IgnoredKey, TrustStore};
+use anvil_llm::registry::{Registry, ResolvedModel};
+use sha2::{Digest, Sha256};
+
+use crate::cli::Cli;
+
+/// A session could not be set up; the message says what to change.
+#[derive(Debug)]
+pub struct SetupError(pub String);
+
+impl std::fmt::Display for SetupError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SetupError {}
+
+impl From<anvil_llm::LlmError> for SetupError {
+    fn from(e: anvil_llm::LlmError) -> Self {
+        SetupError(e.to_string())
+    }
+}
+
+/// Everything a front end needs for a session.
+pub struct Session {
+    pub agent: Agent,
+    pub model: ResolvedModel,
+    pub registry: Registry,
+    pub cwd: PathBuf,
+    /// Project config keys that were not applied (untrusted endpoints and credentials).
+    pub ignored: Vec<IgnoredKey>,
+}
+
+/// The workspace: `-C DIR` or the current directory, canonical.
+pub fn workspace(cli: &Cli) -> Result<PathBuf, SetupError> {
+    let dir = match &cli.cwd {
+        Some(d) => d.clone(),
+        None => std::env::current_dir()
+            .map_err(|e| SetupError(format!("cannot read the current directory: {e}")))?,
+    };
+    let canonical = dir.canonicalize().map_err(|e| {
+        SetupError(format!(
+            "cannot use {} as the workspace: {e}",
+            dir.display()
+        ))
+    })?;
+    if !canonical.is_dir() {
+        return Err(SetupError(format!("{} is not a directory", dir.display())));
+    }
+    Ok(canonical)
+}
+
+/// A stable key per workspace, so OpenAI routes a project's requests to the same cache.
+fn prompt_cache_key(cwd: &Path) -> String {
+    let digest = Sha256::digest(cwd.as_os_str().as_encoded_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    format!("anvil-{hex}")
+}
+
+/// Loads config, resolves the model and builds the agent.
+pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
+    let cwd = workspace(cli)?;
+    let trust = TrustStore::load_default()?;
+    let config = Config::load(&cwd, &trust)?;
+    let ignored = config.ignored.clone();
+    let registry = Registry::new(config);
+    let name = match (&cli.model, registry.default_model()) {
+        (Some(m), _) => m.clone(),
+        (None, Some(d)) => d.to_string(),
+        (None, None) => {
+            return Err(SetupError(
+                "no model given: pass -m MODEL or set default_model in ~/.config/anvil/config.toml"
+                    .into(),
+            ));
+        }
+    };
+    let model = registry.resolve(&name)?;
+    let agent = agent_for(&model, &cwd, cli.max_steps, events)?;
+    Ok(Session {
+        agent,
+        model,
+        registry,
+        cwd,
+        ignored,
+    })
+}
+
+/// The standard coding toolset for `cwd`.
+pub fn tools(cwd: &Path) -> Result<ToolRegistry, SetupError> {
+    let access = FileAccess::workspace(cwd)
+        .map_err(|e| SetupError(format!("cannot open the workspace {}: {e}", cwd.display())))?;
+    let mut tools = ToolRegistry::new().with_redactor(Arc::new(Redactor::from_env()));
+    register_coding_tools(&mut tools, Arc::new(access), ChildEnv::default())
+        .map_err(|e| SetupError(e.to_string()))?;
+    Ok(tools)
+}
+
+fn agent_for(
+    model: &ResolvedModel,
+    cwd: &Path,
+    max_steps: Option<u32>,
+    events: EventSink,
+) -> Result<Agent, SetupError> {
+    let cfg = AgentConfig {
+        model: model.model.clone(),
+        system: Some(PromptBuilder::for_workspace(cwd).build()),
+        max_steps: max_steps.unwrap_or(AgentConfig::default().max_steps),
+        max_tokens: model.limits.max_output_tokens,
+        prompt_cache_key: model.prompt_cache_key.then(|| prompt_cache_key(cwd)),
+        ..AgentConfig::default()
+    };
+    Ok(Agent::new(
+        Arc::clone(&model.provider),
+        Arc::new(tools(cwd)?),
+        cfg,
+        cwd,
+        events,
+    ))
+}

@@ -1,0 +1,586 @@
+//! The real `anvil` binary against a wiremock server that answers in the Anthropic wire format,
+//! in temporary git repositories: headless output and exit codes, stream-json with a slow
+//! reader, a closed stdout pipe, and an interactive session under tmux.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
+
+// ---- a scripted Anthropic server ------------------------------------------------------------
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+fn text_answer(text: &str) -> String {
+    sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 50, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+fn tool_answer(id: &str, name: &str, input: Value) -> String {
+    tool_answer_ending(id, name, input, "tool_use")
+}
+
+fn tool_answer_ending(id: &str, name: &str, input: Value, stop_reason: &str) -> String {
+    sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 50, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 12}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+/// Answers requests with `bodies` in order; past the end, with an error.
+struct Script {
+    bodies: Vec<String>,
+    next: AtomicUsize,
+}
+
+impl Respond for Script {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        let i = self.next.fetch_add(1, Ordering::SeqCst);
+        match self.bodies.get(i) {
+            Some(body) => ResponseTemplate::new(200)
+                .insert_header("content-type", "text/event-stream")
+                .set_body_string(body.clone()),
+            None => ResponseTemplate::new(400).set_body_string("script exhausted"),
+        }
+    }
+}
+
+async fn server(bodies: Vec<String>) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .and(wiremock::matchers::path("/v1/messages"))
+        .respond_with(Script {
+            bodies,
+            next: AtomicUsize::new(0),
+        })
+        .mount(&server)
+        .await;
+    server
+}
+
+// ---- a user's machine: home, config, a git repository ------------------------------------------
+
+struct Machine {
+    home: tempfile::TempDir,
+    repo: PathBuf,
+}
+
+fn machine(server: &MockServer) -> Machine {
+    let home = tempfile::tempdir().unwrap();
+    let cfg = home.path().join("cfg/anvil");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        format!(
+            "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
+            server.uri()
+        ),
+    )
+    .unwrap();
+    let repo = home.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::write(repo.join("greet.txt"), "hello world\n").unwrap();
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .unwrap()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "init"]);
+    Machine { home, repo }
+}
+
+impl Machine {
+    fn command(&self) -> Command {
+        let mut c = Command::new(ANVIL);
+        c.current_dir(&self.repo)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("XDG_CONFIG_HOME", self.home.path().join("cfg"))
+            .env("XDG_DATA_HOME", self.home.path().join("data"))
+            .env("MOCK_API_KEY", "sk-mock-key-123")
+            .stdin(Stdio::null());
+        c
+    }
+}
+
+fn edit_script() -> Vec<String> {
+    vec![
+        tool_answer("toolu_1", "read_file", json!({"file_path": "greet.txt"})),
+        tool_answer(
+            "toolu_2",
+            "edit_file",
+            json!({"file_path": "greet.txt", "old_string": "hello", "new_string": "goodbye"}),
+        ),
+        text_answer("Changed the greeting."),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn headless_json_edits_the_file_and_exits_0() {
+    let server = server(edit_script()).await;
+    let m = machine(&server);
+    let out = m
+        .command()
+        .args(["-p", "make it say goodbye", "--output-format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.repo.join("greet.txt")).unwrap(),
+        "goodbye world\n"
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(stdout.lines().count(), 1, "one JSON object: {stdout}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["outcome"], "done");
+    assert_eq!(v["text"], "Changed the greeting.");
+    assert_eq!(v["steps"], 3);
+    assert_eq!(v["usage"]["input"], 150);
+    assert_eq!(v["usage"]["output"], 31);
+    // Nothing is logged to the terminal in headless mode.
+    assert!(
+        out.stderr.is_empty(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The requests went out with the system prompt, the tools and the cache breakpoints.
+    let requests = server.received_requests().await.unwrap();
+    let first: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(requests[0].headers["x-api-key"], "sk-mock-key-123");
+    assert!(
+        first["system"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("You are anvil")
+    );
+    assert_eq!(first["tools"].as_array().unwrap().len(), 6);
+    assert_eq!(first.to_string().matches("cache_control").count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn headless_text_prints_only_the_answer_and_reads_stdin() {
+    let server = server(vec![text_answer("Looks fine.")]).await;
+    let m = machine(&server);
+    let mut child = m
+        .command()
+        .args(["-p", "review this"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"diff --git a/x b/x\n+new line\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "Looks fine.\n");
+    assert!(out.stderr.is_empty());
+    let requests = server.received_requests().await.unwrap();
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    let sent = body["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(sent, "review this\n\ndiff --git a/x b/x\n+new line");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_steps_1_on_a_tool_task_exits_2() {
+    let server = server(edit_script()).await;
+    let m = machine(&server);
+    let out = m
+        .command()
+        .args(["-p", "edit", "--max-steps", "1", "--output-format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["outcome"], "max_steps");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn abnormal_endings_have_their_own_exit_codes() {
+    // max_tokens: the model was cut off mid tool call.
+    let cut = tool_answer_ending(
+        "toolu_1",
+        "bash",
+        json!({"command": "touch ran"}),
+        "max_tokens",
+    );
+    for (body, code, outcome) in [
+        (cut, 3, "max_tokens"),
+        (
+            text_answer("no").replace("end_turn", "refusal"),
+            4,
+            "refused",
+        ),
+        (
+            text_answer("hm").replace("end_turn", "pause_turn"),
+            5,
+            "protocol_stopped",
+        ),
+    ] {
+        let server = server(vec![body]).await;
+        let m = machine(&server);
+        let out = m
+            .command()
+            .args(["-p", "x", "--output-format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "{outcome}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        // A cut-off tool call never runs.
+        assert!(!m.repo.join("ran").exists());
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["outcome"], outcome);
+    }
+    // The provider keeps failing: exit 1, never 0.
+    let failing = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(ResponseTemplate::new(400).set_body_string(
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
+        ))
+        .mount(&failing)
+        .await;
+    let m = machine(&failing);
+    let out = m.command().args(["-p", "x"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("failed: HTTP 400 from the provider: bad")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn configuration_errors_exit_6_and_say_what_to_do() {
+    let server = server(vec![]).await;
+    let m = machine(&server);
+    let out = m
+        .command()
+        .env_remove("MOCK_API_KEY")
+        .args(["-p", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "anvil: MOCK_API_KEY is not set (needed by provider 'mock')\n"
+    );
+    let out = m
+        .command()
+        .args(["-p", "x", "-m", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("available aliases: haiku, sonnet, test")
+    );
+    let out = m.command().args(["--bogus"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stream_json_ends_with_turn_finished_even_for_a_slow_reader() {
+    let server = server(edit_script()).await;
+    let m = machine(&server);
+    let mut child = m
+        .command()
+        .args(["-p", "edit", "--output-format", "stream-json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let reader = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    for line in reader.lines() {
+        std::thread::sleep(Duration::from_millis(30));
+        lines.push(line.unwrap());
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let events: Vec<Value> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.first().unwrap()["type"], "step_started");
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "turn_finished");
+    assert_eq!(last["outcome"]["kind"], "done");
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "turn_finished")
+            .count(),
+        1
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "tool_call_finished" && e["name"] == "edit_file")
+    );
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            !s.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+        .unwrap_or(false)
+}
+
+fn wait_for_file(path: &Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path)
+            && !s.trim().is_empty()
+        {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_stdout_pipe_cancels_the_turn_and_reaps_children() {
+    let server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "bash",
+            json!({"command": "echo $$ > shell.pid; sleep 30"}),
+        ),
+        text_answer("never reached"),
+    ])
+    .await;
+    let m = machine(&server);
+    let started = Instant::now();
+    let mut child = m
+        .command()
+        .args(["-p", "run it"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid: i32 = wait_for_file(&m.repo.join("shell.pid"))
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    drop(child.stdout.take()); // the reader goes away while nothing is being written
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "anvil did not notice"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(130));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !alive(pid),
+        "the tool's shell {pid} outlived anvil's cancelled turn"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interactive_without_a_terminal_has_no_ansi_codes() {
+    let server = server(vec![
+        tool_answer("toolu_1", "read_file", json!({"file_path": "greet.txt"})),
+        text_answer("It says hello."),
+    ])
+    .await;
+    let m = machine(&server);
+    let mut child = m
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"what does greet.txt say?\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("⏺ read_file(file_path=greet.txt)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  ⎿      1\thello world"), "{stdout}");
+    assert!(stdout.contains("It says hello."), "{stdout}");
+    assert!(!stdout.contains('\x1b') && !String::from_utf8_lossy(&out.stderr).contains('\x1b'));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("↳ 100 in · 19 out · 2 steps"));
+}
+
+// ---- a real terminal: tmux ----------------------------------------------------------------------
+
+struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    fn start(m: &Machine, width: u16) -> Tmux {
+        let session = format!("anvil-test-{}", std::process::id());
+        let env = format!(
+            "env -i PATH='{}' HOME='{}' XDG_CONFIG_HOME='{}' XDG_DATA_HOME='{}' MOCK_API_KEY=sk-mock-key-123 TERM=xterm-256color",
+            std::env::var("PATH").unwrap_or_default(),
+            m.home.path().display(),
+            m.home.path().join("cfg").display(),
+            m.home.path().join("data").display()
+        );
+        let status = Command::new("tmux")
+            .args([
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-s",
+                &session,
+                "-x",
+                &width.to_string(),
+                "-y",
+                "40",
+                "-c",
+            ])
+            .arg(&m.repo)
+            .arg(format!("{env} {ANVIL}; sleep 30"))
+            .status()
+            .expect("tmux is needed for the terminal test (apt-get install tmux)");
+        assert!(status.success());
+        Tmux { session }
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn send(&self, keys: &[&str]) {
+        Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .unwrap();
+    }
+
+    fn wait_for(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let screen = self.screen();
+            if screen.contains(needle) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never saw {needle:?} on screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
+    let server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "bash",
+            json!({"command": "echo $$ > shell.pid; sleep 30"}),
+        ),
+        text_answer("Hello again!"),
+    ])
+    .await;
+    let m = machine(&server);
+    let tmux = Tmux::start(&m, 120);
+    tmux.wait_for("/help for commands");
+    tmux.send(&["run the long thing", "Enter"]);
+    tmux.wait_for("⏺ bash(command=echo $$ > shell.pid; sleep 30)");
+    let pid: i32 = wait_for_file(&m.repo.join("shell.pid"))
+        .trim()
+        .parse()
+        .unwrap();
+    let pressed = Instant::now();
+    tmux.send(&["C-c"]);
+    tmux.wait_for("(cancelled)");
+    assert!(pressed.elapsed() < Duration::from_secs(5));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(!alive(pid), "the cancelled tool's shell survived");
+    // The next prompt works, and the conversation went on.
+    tmux.send(&["hi", "Enter"]);
+    let screen = tmux.wait_for("Hello again!");
+    assert!(screen.contains("cancelled"), "{screen}");
+    tmux.send(&["/exit", "Enter"]);
+}
