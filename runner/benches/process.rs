@@ -1,1 +1,158 @@
-fn main() {}
+//! Whole-process cost of the `anvil` binary: median wall time and peak RSS of
+//! - `anvil --version`;
+//! - a headless two-request turn (a write_file call, then a final text) against a local server
+//!   that answers instantly, in a fresh git repository.
+//!
+//! Peak RSS comes from `getrusage(RUSAGE_CHILDREN)`, the largest resident set of any child
+//! waited for so far, so `--version` is measured before any other child (git) runs.
+//!
+//! Run: `cargo bench -p anvil-runner`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::resource::{UsageWho, getrusage};
+use serde_json::json;
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
+const RUNS: usize = 30;
+
+fn peak_rss_mib() -> f64 {
+    getrusage(UsageWho::RUSAGE_CHILDREN)
+        .map(|u| u.max_rss() as f64 / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn sse(events: &[serde_json::Value]) -> String {
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "event: {}\ndata: {e}\n\n",
+                e["type"].as_str().unwrap_or("x")
+            )
+        })
+        .collect()
+}
+
+/// Alternates a write_file call and a final answer, so every turn is two requests.
+struct Instant2 {
+    n: std::sync::atomic::AtomicUsize,
+}
+
+impl Respond for Instant2 {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        let i = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let start = json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}});
+        let body = if i % 2 == 0 {
+            sse(&[
+                start,
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": format!("toolu_{i}"), "name": "write_file", "input": {}}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"file_path\":\"out.txt\",\"content\":\"hi\\n\"}"}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+                json!({"type": "message_stop"}),
+            ])
+        } else {
+            sse(&[
+                start,
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Wrote out.txt."}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
+                json!({"type": "message_stop"}),
+            ])
+        };
+        ResponseTemplate::new(200)
+            .insert_header("content-type", "text/event-stream")
+            .set_body_string(body)
+    }
+}
+
+fn main() {
+    // --version first: no other child has run yet, so the peak RSS is its own.
+    let mut version = Vec::new();
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        let ok = Command::new(ANVIL)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        version.push(t.elapsed());
+        assert!(ok, "anvil --version failed");
+    }
+    let version_rss = peak_rss_mib();
+
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
+    let server = rt.block_on(async {
+        let server = MockServer::start().await;
+        Mock::given(wiremock::matchers::method("POST"))
+            .respond_with(Instant2 {
+                n: std::sync::atomic::AtomicUsize::new(0),
+            })
+            .mount(&server)
+            .await;
+        server
+    });
+    let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cfg = home.path().join("cfg/anvil");
+    std::fs::create_dir_all(&cfg).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        cfg.join("config.toml"),
+        format!(
+            "default_model = \"bench\"\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_KEY\"\n[models.bench]\nprovider = \"mock\"\nmodel = \"m\"\n",
+            server.uri()
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let repos: Vec<_> = (0..RUNS)
+        .map(|i| {
+            let repo = home.path().join(format!("repo{i}"));
+            std::fs::create_dir_all(&repo).unwrap_or_else(|e| panic!("{e}"));
+            let _ = Command::new("git")
+                .args(["init", "-q"])
+                .current_dir(&repo)
+                .status();
+            repo
+        })
+        .collect();
+    let mut turn = Vec::new();
+    for repo in &repos {
+        let t = Instant::now();
+        let out = Command::new(ANVIL)
+            .args(["-p", "write hi to out.txt", "--output-format", "json"])
+            .current_dir(repo)
+            .env("HOME", home.path())
+            .env("XDG_CONFIG_HOME", home.path().join("cfg"))
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .env("MOCK_KEY", "k")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        turn.push(t.elapsed());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(repo.join("out.txt").exists());
+    }
+    let all_rss = peak_rss_mib();
+    println!("process            median      peak RSS");
+    println!(
+        "anvil --version    {:>8.2?}    {version_rss:.1} MiB",
+        median(version)
+    );
+    println!(
+        "headless turn      {:>8.2?}    {all_rss:.1} MiB (largest child so far: the turns, or git)",
+        median(turn)
+    );
+}
