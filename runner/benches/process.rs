@@ -50,7 +50,7 @@ impl Respond for Instant2 {
     fn respond(&self, _: &Request) -> ResponseTemplate {
         let i = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let start = json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}});
-        let body = if i % 2 == 0 {
+        let body = if i.is_multiple_of(2) {
             sse(&[
                 start,
                 json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": format!("toolu_{i}"), "name": "write_file", "input": {}}}),
