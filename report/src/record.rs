@@ -1,0 +1,126 @@
+//! The trial record: one JSON object per trial, one line per object (JSONL). Written by the
+//! eval runner, read by the reporter. Defined once, here, and versioned: a reader refuses a
+//! `schema_version` it does not know instead of guessing.
+//!
+//! Version 1 fields (documented in the README):
+//! - `schema_version`: 1
+//! - `sweep`, `task`, `model` (the alias), `trial` (0-based), `attempt` (1-based: infra retries)
+//! - `pass`: the verdict, `null` when the trial could not be completed (`infra_error` set)
+//! - `outcome`: how the agent's turn ended (`done`, `max_steps`, `max_tokens`, `refused`,
+//!   `cancelled`, `protocol_stopped`, `failed`, `timeout`), `null` if it never ran
+//! - `infra_error`: why the trial could not be completed (provider unreachable after retries,
+//!   sandbox or workspace setup, grader error, lost worker), else `null`
+//! - `steps`, `tokens` (`input`, `output`, `cache_read`, `cache_write`)
+//! - `cost_usd` with `accounting`: `reported` / `estimated` / `unknown` (unknown cost is `null`,
+//!   never 0)
+//! - `duration_ms`, `session_path`
+//! - `digests`: `task`, `repo`, `grader`, `dependencies` (sha256, hex), `model_config`
+//! - `anvil_git_sha`
+
+use serde::{Deserialize, Serialize};
+
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+}
+
+/// How a cost was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Accounting {
+    /// The provider reported usage and the model's pricing is known.
+    Reported,
+    /// Usage or pricing was estimated.
+    Estimated,
+    /// Cost is not known; `cost_usd` is null.
+    Unknown,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Digests {
+    pub task: String,
+    pub repo: String,
+    pub grader: String,
+    pub dependencies: String,
+    #[serde(default)]
+    pub model_config: String,
+}
+
+/// One trial (version 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrialRecord {
+    pub schema_version: u32,
+    pub sweep: String,
+    pub task: String,
+    pub model: String,
+    pub trial: u32,
+    pub attempt: u32,
+    pub pass: Option<bool>,
+    pub outcome: Option<String>,
+    pub infra_error: Option<String>,
+    pub steps: u32,
+    pub tokens: Tokens,
+    pub cost_usd: Option<f64>,
+    pub accounting: Accounting,
+    pub duration_ms: u64,
+    pub session_path: Option<String>,
+    pub digests: Digests,
+    pub anvil_git_sha: String,
+}
+
+/// A record that could not be read, with the line it came from (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{source_name}:{line}: {reason}")]
+pub struct RecordError {
+    pub source_name: String,
+    pub line: usize,
+    pub reason: String,
+}
+
+/// The fields the reporter needs, borrowed from the line (fast to parse; the rest is skipped).
+#[derive(Debug, Deserialize)]
+pub struct RecordView<'a> {
+    pub schema_version: u32,
+    #[serde(borrow)]
+    pub task: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    pub model: std::borrow::Cow<'a, str>,
+    pub trial: u32,
+    pub attempt: u32,
+    pub pass: Option<bool>,
+    #[serde(borrow, default)]
+    pub infra_error: Option<std::borrow::Cow<'a, str>>,
+    pub steps: u32,
+    pub cost_usd: Option<f64>,
+    pub duration_ms: u64,
+}
+
+/// Parses one line of a results file.
+pub fn parse_line<'a>(
+    line: &'a str,
+    source_name: &str,
+    number: usize,
+) -> Result<RecordView<'a>, RecordError> {
+    let err = |reason: String| RecordError {
+        source_name: source_name.to_string(),
+        line: number,
+        reason,
+    };
+    let view: RecordView<'a> =
+        serde_json::from_str(line).map_err(|e| err(format!("not a trial record: {e}")))?;
+    if view.schema_version != SCHEMA_VERSION {
+        return Err(err(format!(
+            "schema_version {} is not supported (this reporter reads version {SCHEMA_VERSION})",
+            view.schema_version
+        )));
+    }
+    if view.pass.is_none() && view.infra_error.is_none() {
+        return Err(err("pass is null but infra_error is not set: a trial is either graded or an infrastructure failure".into()));
+    }
+    Ok(view)
+}

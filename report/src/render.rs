@@ -1,0 +1,384 @@
+//! Renderers: a terminal table (comfy-table), stable JSON, and one self-contained HTML file
+//! (inline SVG: per-model bars with interval whiskers and a task × model heatmap; no scripts,
+//! no external fonts).
+
+use std::fmt::Write;
+
+use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+
+use crate::intervals::Interval;
+use crate::summary::{Report, Verdict};
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or_else(|| "—".into(), |v| format!("{:.1}%", v * 100.0))
+}
+
+fn ci(ci: Option<Interval>) -> String {
+    ci.map_or_else(String::new, |c| {
+        format!(" [{:.1}, {:.1}]", c.low * 100.0, c.high * 100.0)
+    })
+}
+
+/// Per-task cells are listed in the table only up to this many tasks.
+pub const TABLE_TASK_LIMIT: usize = 40;
+
+pub fn table(r: &Report) -> String {
+    let mut out = String::new();
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    let metric_names: Vec<String> = r
+        .models
+        .first()
+        .map(|m| m.metrics.iter().map(|x| x.name.clone()).collect())
+        .unwrap_or_default();
+    let mut header = vec![
+        "model".to_string(),
+        "tasks".into(),
+        "trials".into(),
+        "infra".into(),
+    ];
+    header.extend(metric_names.iter().map(|n| format!("{n} (95% CI)")));
+    header.extend([
+        "mean steps".into(),
+        "mean cost".into(),
+        "p50 duration".into(),
+    ]);
+    t.set_header(header);
+    for m in &r.models {
+        let mut row = vec![
+            m.model.clone(),
+            m.tasks.to_string(),
+            m.graded_trials.to_string(),
+            m.infra_errors.to_string(),
+        ];
+        row.extend(
+            m.metrics
+                .iter()
+                .map(|x| format!("{}{}", pct(x.value), ci(x.ci))),
+        );
+        row.push(m.mean_steps.map_or("—".into(), |s| format!("{s:.1}")));
+        row.push(match (m.mean_cost_usd, m.cost_unknown_trials) {
+            (None, _) => "unknown".into(),
+            (Some(c), 0) => format!("${c:.4}"),
+            (Some(c), u) => format!("${c:.4} ({u} unknown)"),
+        });
+        row.push(
+            m.p50_duration_ms
+                .map_or("—".into(), |d| format!("{:.1}s", d as f64 / 1000.0)),
+        );
+        t.add_row(row);
+    }
+    let _ = writeln!(out, "{t}");
+    let tasks: usize = r.models.iter().map(|m| m.cells.len()).max().unwrap_or(0);
+    if tasks > 0 && tasks <= TABLE_TASK_LIMIT {
+        let mut cells = Table::new();
+        cells.load_style(UTF8_FULL_CONDENSED);
+        let mut header = vec!["task".to_string()];
+        header.extend(r.models.iter().map(|m| m.model.clone()));
+        cells.set_header(header);
+        let mut names: Vec<&str> = r
+            .models
+            .iter()
+            .flat_map(|m| m.cells.iter().map(|c| c.task.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for task in names {
+            let mut row = vec![task.to_string()];
+            for m in &r.models {
+                row.push(match m.cells.iter().find(|c| c.task == task) {
+                    Some(c) if c.infra_errors > 0 => {
+                        format!("{}/{} (+{} infra)", c.c, c.n, c.infra_errors)
+                    }
+                    Some(c) => format!("{}/{}", c.c, c.n),
+                    None => "—".into(),
+                });
+            }
+            cells.add_row(row);
+        }
+        let _ = writeln!(out, "\nPer task (passed/graded):\n{cells}");
+    } else if tasks > TABLE_TASK_LIMIT {
+        let _ = writeln!(
+            out,
+            "\n({tasks} tasks: per-task cells are in --format json or html)"
+        );
+    }
+    if r.infra_errors_total > 0 {
+        let _ = writeln!(
+            out,
+            "\nInfrastructure failures (not counted as fails): {}",
+            r.infra_errors_total
+        );
+        for e in r.infra_errors.iter().take(20) {
+            let _ = writeln!(
+                out,
+                "  {} / {} / trial {}: {}",
+                e.model, e.task, e.trial, e.reason
+            );
+        }
+        if r.infra_errors_total as usize > r.infra_errors.len().min(20) {
+            let _ = writeln!(out, "  … (all of them are in --format json)");
+        }
+    }
+    if let Some(base) = &r.baseline {
+        let mut t = Table::new();
+        t.load_style(UTF8_FULL_CONDENSED);
+        t.set_header([
+            "model",
+            "metric",
+            "baseline",
+            "current",
+            "Δ (95% CI)",
+            "tasks",
+            "trials (base → now)",
+            "verdict",
+        ]);
+        for c in base {
+            t.add_row([
+                c.model.clone(),
+                c.metric.clone(),
+                pct(Some(c.baseline)),
+                pct(Some(c.current)),
+                format!("{:+.1} pts{}", c.diff * 100.0, ci(c.ci)),
+                c.tasks.to_string(),
+                format!("{} → {}", c.baseline_trials, c.current_trials),
+                match c.verdict {
+                    Verdict::Regression => "REGRESSION".into(),
+                    Verdict::Improvement => "improvement".into(),
+                    Verdict::NoSignificantChange => "no significant change".into(),
+                    Verdict::Insufficient => "too few shared tasks".into(),
+                },
+            ]);
+        }
+        let _ = writeln!(out, "\nAgainst the baseline (paired by task):\n{t}");
+    }
+    out
+}
+
+pub fn json(r: &Report) -> String {
+    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Heatmap rows shown in HTML at most (the JSON has every task).
+pub const HTML_TASK_LIMIT: usize = 300;
+
+pub fn html(r: &Report) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>anvil eval report</title>\
+         <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}\
+         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}\
+         th{{background:#f4f4f4}}td:first-child,th:first-child{{text-align:left}}\
+         .reg{{color:#b00;font-weight:bold}}.imp{{color:#070}}</style></head><body>\
+         <h1>anvil eval report</h1>"
+    );
+    // Summary table.
+    h.push_str("<table><tr><th>model</th><th>tasks</th><th>trials</th><th>infra</th>");
+    if let Some(m) = r.models.first() {
+        for x in &m.metrics {
+            let _ = write!(h, "<th>{} (95% CI)</th>", esc(&x.name));
+        }
+    }
+    h.push_str("<th>mean steps</th><th>mean cost</th><th>p50 duration</th></tr>");
+    for m in &r.models {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+            esc(&m.model),
+            m.tasks,
+            m.graded_trials,
+            m.infra_errors
+        );
+        for x in &m.metrics {
+            let _ = write!(h, "<td>{}{}</td>", pct(x.value), ci(x.ci));
+        }
+        let cost = match m.mean_cost_usd {
+            None => "unknown".to_string(),
+            Some(c) => format!("${c:.4}"),
+        };
+        let _ = write!(
+            h,
+            "<td>{}</td><td>{}</td><td>{}</td></tr>",
+            m.mean_steps.map_or("—".into(), |s| format!("{s:.1}")),
+            cost,
+            m.p50_duration_ms
+                .map_or("—".into(), |d| format!("{:.1}s", d as f64 / 1000.0))
+        );
+    }
+    h.push_str("</table>");
+
+    // Bars with whiskers: pass@1 per model.
+    let bar_h = 28.0;
+    let width = 600.0;
+    let height = bar_h * r.models.len() as f64 + 40.0;
+    let _ = write!(
+        h,
+        "<h2>pass@1 with 95% interval</h2><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" role=\"img\">",
+        width + 200.0
+    );
+    for (i, m) in r.models.iter().enumerate() {
+        let y = 10.0 + i as f64 * bar_h;
+        let p1 = m.metrics.first();
+        let v = p1.and_then(|x| x.value).unwrap_or(0.0);
+        let _ = write!(
+            h,
+            "<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>",
+            y + 15.0,
+            esc(&m.model)
+        );
+        let _ = write!(
+            h,
+            "<rect x=\"150\" y=\"{y}\" width=\"{:.1}\" height=\"18\" fill=\"#4a7bd0\"><title>{}: {}</title></rect>",
+            v * width,
+            esc(&m.model),
+            pct(Some(v))
+        );
+        if let Some(c) = p1.and_then(|x| x.ci) {
+            let (lo, hi) = (
+                150.0 + c.low.max(0.0) * width,
+                150.0 + c.high.min(1.0) * width,
+            );
+            let _ = write!(
+                h,
+                "<line x1=\"{lo:.1}\" x2=\"{hi:.1}\" y1=\"{0}\" y2=\"{0}\" stroke=\"#222\"/><line x1=\"{lo:.1}\" x2=\"{lo:.1}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#222\"/><line x1=\"{hi:.1}\" x2=\"{hi:.1}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#222\"/>",
+                y + 9.0,
+                y + 4.0,
+                y + 14.0
+            );
+        }
+        let _ = write!(
+            h,
+            "<text x=\"{}\" y=\"{}\" font-size=\"12\">{}</text>",
+            160.0 + width,
+            y + 15.0,
+            pct(Some(v))
+        );
+    }
+    h.push_str("</svg>");
+
+    // Heatmap: tasks × models.
+    let mut tasks: Vec<&str> = r
+        .models
+        .iter()
+        .flat_map(|m| m.cells.iter().map(|c| c.task.as_str()))
+        .collect();
+    tasks.sort_unstable();
+    tasks.dedup();
+    let shown = tasks.len().min(HTML_TASK_LIMIT);
+    let cell = 16.0;
+    let left = 220.0;
+    let top = 120.0;
+    let _ = write!(
+        h,
+        "<h2>pass rate by task</h2><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" role=\"img\">",
+        left + cell * r.models.len() as f64 + 20.0,
+        top + cell * shown as f64 + 10.0
+    );
+    for (j, m) in r.models.iter().enumerate() {
+        let x = left + j as f64 * cell + 12.0;
+        let _ = write!(
+            h,
+            "<text x=\"{x}\" y=\"{}\" font-size=\"11\" transform=\"rotate(-60 {x} {})\">{}</text>",
+            top - 6.0,
+            top - 6.0,
+            esc(&m.model)
+        );
+    }
+    for (i, task) in tasks.iter().take(shown).enumerate() {
+        let y = top + i as f64 * cell;
+        let _ = write!(
+            h,
+            "<text x=\"0\" y=\"{}\" font-size=\"11\">{}</text>",
+            y + 12.0,
+            esc(task)
+        );
+        for (j, m) in r.models.iter().enumerate() {
+            let x = left + j as f64 * cell;
+            match m
+                .cells
+                .iter()
+                .find(|c| c.task == *task)
+                .and_then(|c| c.rate.map(|rate| (c, rate)))
+            {
+                Some((c, rate)) => {
+                    // Red (0) to green (1).
+                    let red = (220.0 * (1.0 - rate)) as u8;
+                    let green = (170.0 * rate) as u8 + 40;
+                    let _ = write!(
+                        h,
+                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"rgb({red},{green},70)\"><title>{} / {}: {}/{}</title></rect>",
+                        esc(&m.model),
+                        esc(task),
+                        c.c,
+                        c.n
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        h,
+                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"#ddd\"/>"
+                    );
+                }
+            }
+        }
+    }
+    h.push_str("</svg>");
+    if tasks.len() > shown {
+        let _ = write!(
+            h,
+            "<p>{} more tasks are in the JSON report.</p>",
+            tasks.len() - shown
+        );
+    }
+    if r.infra_errors_total > 0 {
+        let _ = write!(
+            h,
+            "<h2>Infrastructure failures ({}), not counted as fails</h2><ul>",
+            r.infra_errors_total
+        );
+        for e in &r.infra_errors {
+            let _ = write!(
+                h,
+                "<li>{} / {} / trial {}: {}</li>",
+                esc(&e.model),
+                esc(&e.task),
+                e.trial,
+                esc(&e.reason)
+            );
+        }
+        h.push_str("</ul>");
+    }
+    if let Some(base) = &r.baseline {
+        h.push_str("<h2>Against the baseline (paired by task)</h2><table><tr><th>model</th><th>metric</th><th>baseline</th><th>current</th><th>Δ (95% CI)</th><th>tasks</th><th>verdict</th></tr>");
+        for c in base {
+            let (class, verdict) = match c.verdict {
+                Verdict::Regression => ("reg", "regression"),
+                Verdict::Improvement => ("imp", "improvement"),
+                Verdict::NoSignificantChange => ("", "no significant change"),
+                Verdict::Insufficient => ("", "too few shared tasks"),
+            };
+            let _ = write!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:+.1} pts{}</td><td>{}</td><td class=\"{class}\">{verdict}</td></tr>",
+                esc(&c.model),
+                esc(&c.metric),
+                pct(Some(c.baseline)),
+                pct(Some(c.current)),
+                c.diff * 100.0,
+                ci(c.ci),
+                c.tasks
+            );
+        }
+        h.push_str("</table>");
+    }
+    h.push_str("</body></html>\n");
+    h
+}

@@ -1,0 +1,176 @@
+//! Reports over small results files: infrastructure failures apart, unknown cost shown as
+//! unknown, malformed lines named by number, and a paired baseline comparison.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
+use anvil_report::record::{Accounting, Digests, Tokens};
+use anvil_report::summary::Verdict;
+use anvil_report::{SCHEMA_VERSION, TrialRecord, Trials, render, report};
+
+fn record(
+    task: &str,
+    model: &str,
+    trial: u32,
+    pass: Option<bool>,
+    cost: Option<f64>,
+) -> TrialRecord {
+    TrialRecord {
+        schema_version: SCHEMA_VERSION,
+        sweep: "s1".into(),
+        task: task.into(),
+        model: model.into(),
+        trial,
+        attempt: 1,
+        pass,
+        outcome: pass.map(|_| "done".into()),
+        infra_error: pass
+            .is_none()
+            .then(|| "provider unreachable after 5 attempts".into()),
+        steps: 4 + trial,
+        tokens: Tokens::default(),
+        cost_usd: cost,
+        accounting: if cost.is_some() {
+            Accounting::Reported
+        } else {
+            Accounting::Unknown
+        },
+        duration_ms: 1000 * u64::from(trial + 1),
+        session_path: None,
+        digests: Digests::default(),
+        anvil_git_sha: "abc".into(),
+    }
+}
+
+/// `passes[task]` trials pass out of 5, for each of `tasks` tasks.
+fn jsonl(model: &str, passes: &[u32], cost: Option<f64>) -> String {
+    let mut out = String::new();
+    for (t, &c) in passes.iter().enumerate() {
+        for trial in 0..5 {
+            let r = record(&format!("task-{t:02}"), model, trial, Some(trial < c), cost);
+            out.push_str(&serde_json::to_string(&r).unwrap());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn trials(text: &str) -> Trials {
+    Trials::read(text.as_bytes(), "results.jsonl").unwrap()
+}
+
+#[test]
+fn per_model_metrics_infra_apart_and_unknown_cost() {
+    let mut text = jsonl("alpha", &[5, 3, 0, 5], Some(0.01));
+    text.push_str(&jsonl("beta", &[1, 1, 1, 1], None));
+    // Two infrastructure failures for beta: never counted as fails.
+    for trial in 5..7 {
+        text.push_str(
+            &serde_json::to_string(&record("task-00", "beta", trial, None, None)).unwrap(),
+        );
+        text.push('\n');
+    }
+    let r = report(&trials(&text), &[1, 3], None);
+    let alpha = &r.models[0];
+    assert_eq!(alpha.model, "alpha");
+    assert_eq!(alpha.graded_trials, 20);
+    let p1 = &alpha.metrics[0];
+    assert_eq!(p1.name, "pass@1");
+    assert!((p1.value.unwrap() - (1.0 + 0.6 + 0.0 + 1.0) / 4.0).abs() < 1e-12);
+    assert!(p1.ci.is_some() && p1.bootstrap_ci.is_some());
+    let names: Vec<&str> = alpha.metrics.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["pass@1", "pass@3", "pass^3"]);
+    // pass^3 for task-01 (n=5, c=3) is C(3,3)/C(5,3) = 0.1.
+    let hat = alpha.metrics[2].value.unwrap();
+    assert!((hat - (1.0 + 0.1 + 0.0 + 1.0) / 4.0).abs() < 1e-12, "{hat}");
+    assert!((alpha.mean_cost_usd.unwrap() - 0.01).abs() < 1e-12);
+    let beta = &r.models[1];
+    assert_eq!(beta.infra_errors, 2);
+    assert_eq!(beta.graded_trials, 20);
+    assert_eq!(beta.cells[0].n, 5);
+    assert_eq!(beta.cells[0].infra_errors, 2);
+    assert_eq!(beta.mean_cost_usd, None);
+    assert_eq!(beta.cost_unknown_trials, 20);
+    assert_eq!(r.infra_errors_total, 2);
+    let table = render::table(&r);
+    assert!(table.contains("unknown"), "{table}");
+    assert!(
+        table.contains("Infrastructure failures (not counted as fails): 2"),
+        "{table}"
+    );
+    insta::assert_snapshot!(table);
+}
+
+#[test]
+fn a_malformed_line_is_reported_with_its_number() {
+    let mut text = jsonl("alpha", &[1], None);
+    text.push_str("{not json}\n");
+    let err = Trials::read(text.as_bytes(), "results.jsonl").unwrap_err();
+    assert_eq!(err.line, 6);
+    assert!(
+        err.to_string()
+            .starts_with("results.jsonl:6: not a trial record"),
+        "{err}"
+    );
+    let wrong_version =
+        jsonl("alpha", &[1], None).replacen("\"schema_version\":1", "\"schema_version\":9", 1);
+    let err = Trials::read(wrong_version.as_bytes(), "r.jsonl").unwrap_err();
+    assert_eq!(err.line, 1);
+    assert!(err.reason.contains("schema_version 9 is not supported"));
+}
+
+#[test]
+fn a_rerun_trial_replaces_its_earlier_attempt() {
+    let mut first = record("task-00", "alpha", 0, None, None);
+    let mut second = record("task-00", "alpha", 0, Some(true), Some(0.02));
+    first.attempt = 1;
+    second.attempt = 2;
+    let text = format!(
+        "{}\n{}\n",
+        serde_json::to_string(&second).unwrap(),
+        serde_json::to_string(&first).unwrap()
+    );
+    let r = report(&trials(&text), &[1], None);
+    assert_eq!(r.models[0].graded_trials, 1);
+    assert_eq!(r.models[0].infra_errors, 0);
+}
+
+#[test]
+fn baseline_regressions_are_flagged_only_when_the_interval_excludes_zero() {
+    let tasks = 12;
+    let base = jsonl("alpha", &vec![5; tasks], None) + &jsonl("beta", &vec![3; tasks], None);
+    // alpha drops on every task; beta moves by noise only.
+    let mut beta_now = vec![3u32; tasks];
+    beta_now[0] = 4;
+    beta_now[1] = 2;
+    let now = jsonl("alpha", &vec![2; tasks], None) + &jsonl("beta", &beta_now, None);
+    let r = report(&trials(&now), &[1], Some(&trials(&base)));
+    let cmp = r.baseline.as_ref().unwrap();
+    let alpha = cmp
+        .iter()
+        .find(|c| c.model == "alpha" && c.metric == "pass@1")
+        .unwrap();
+    assert_eq!(alpha.verdict, Verdict::Regression);
+    assert!((alpha.diff + 0.6).abs() < 1e-12);
+    assert_eq!(alpha.tasks, tasks);
+    assert_eq!((alpha.baseline_trials, alpha.current_trials), (60, 60));
+    let beta = cmp
+        .iter()
+        .find(|c| c.model == "beta" && c.metric == "pass@1")
+        .unwrap();
+    assert_eq!(beta.verdict, Verdict::NoSignificantChange);
+    assert!(render::table(&r).contains("REGRESSION"));
+}
+
+#[test]
+fn json_is_stable_and_html_is_self_contained() {
+    let base = jsonl("alpha", &[5, 0, 3], Some(0.5));
+    let now = jsonl("alpha", &[4, 1, 3], Some(0.4)) + &jsonl("beta", &[2, 2, 2], None);
+    let r = report(&trials(&now), &[1, 2], Some(&trials(&base)));
+    insta::assert_snapshot!(render::json(&r));
+    let html = render::html(&r);
+    assert!(html.starts_with("<!doctype html>"));
+    assert!(html.contains("<svg") && html.contains("<rect"));
+    for external in ["<script", "src=\"http", "href=\"http", "@import", "url("] {
+        assert!(!html.contains(external), "{external}");
+    }
+}
