@@ -12,7 +12,7 @@ use crate::record::{RecordError, parse_line};
 
 /// Resamples for the bootstrap interval, and its fixed seed.
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
-pub const BOOTSTRAP_SEED: u64 = 0x616e_7669_6c;
+pub const BOOTSTRAP_SEED: u64 = 0x0061_6e76_696c; // "anvil"
 
 /// One trial, reduced to what the report needs.
 #[derive(Debug, Clone, Copy)]
@@ -82,10 +82,10 @@ impl Trials {
             let r = parse_line(text, source_name, number)?;
             let task = intern(&mut self.tasks, &mut self.task_ids, &r.task);
             let model = intern(&mut self.models, &mut self.model_ids, &r.model);
-            if let (None, Some(reason)) = (r.pass, &r.infra_error) {
-                if self.infra.len() < MAX_LISTED_INFRA {
-                    self.infra.push((model, task, r.trial, reason.to_string()));
-                }
+            if let (None, Some(reason)) = (r.pass, &r.infra_error)
+                && self.infra.len() < MAX_LISTED_INFRA
+            {
+                self.infra.push((model, task, r.trial, reason.to_string()));
             }
             self.rows.push(Row {
                 task,
