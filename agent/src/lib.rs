@@ -18,6 +18,8 @@ pub mod process;
 pub mod prompt;
 /// ToolRegistry: specs and dispatch that never fails.
 pub mod registry;
+/// The OS sandbox (bubblewrap on Linux).
+pub mod sandbox;
 /// Child-process environment and redaction of secrets.
 pub mod secrets;
 /// Tool, TypedTool, effects and cancellation behaviour.

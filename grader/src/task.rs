@@ -1,0 +1,289 @@
+//! The task format: `evals/tasks/<name>/`.
+//!
+//! ```text
+//! task.toml          what the agent is asked, its limits, how it is checked
+//! repo/              the repository the agent gets (copied fresh for every trial)
+//! grader/<script>    the check, run with bash in the grading directory; never in the workspace
+//! grader/files/...   protected files, copied over the grading directory at the same paths
+//!                    (replacing whatever the agent wrote there): hidden and visible tests
+//! solution/...       the reference solution, laid over repo/ by `anvil-evals validate`;
+//!                    the agent never sees it
+//! ```
+//!
+//! `task.toml`:
+//!
+//! ```toml
+//! name = "py-fix-median"            # must equal the directory name
+//! prompt = "The median test fails. Fix the bug."
+//! tags = ["python", "fix-failing-test"]
+//! max_steps = 40
+//! timeout_secs = 600                # the agent's wall-clock cap
+//! cost_cap_usd = 1.0                # optional
+//! permission_mode = "bypass"        # plan | default | accept-edits | bypass
+//! dependencies = []                 # files in repo/ that pin dependencies (e.g. Cargo.lock)
+//!
+//! [check]
+//! script = "check.sh"               # grader/check.sh
+//! timeout_secs = 60
+//! protected = ["tests/test_median.py"]
+//! ```
+
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A task that failed to load: which file, which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}{}: {reason}", path.display(), field.as_ref().map(|f| format!(": {f}")).unwrap_or_default())]
+pub struct TaskError {
+    pub path: PathBuf,
+    pub field: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PermissionMode {
+    Plan,
+    Default,
+    AcceptEdits,
+    Bypass,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckSpec {
+    pub script: String,
+    pub timeout_secs: u64,
+    #[serde(default)]
+    pub protected: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskToml {
+    pub name: String,
+    pub prompt: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    pub max_steps: u32,
+    pub timeout_secs: u64,
+    #[serde(default)]
+    pub cost_cap_usd: Option<f64>,
+    pub permission_mode: PermissionMode,
+    #[serde(default)]
+    pub dependencies: Vec<String>,
+    pub check: CheckSpec,
+}
+
+/// A loaded, validated task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub dir: PathBuf,
+    pub spec: TaskToml,
+}
+
+/// The longest check timeout a task may ask for.
+pub const MAX_CHECK_TIMEOUT_SECS: u64 = 600;
+
+impl Task {
+    pub fn repo(&self) -> PathBuf {
+        self.dir.join("repo")
+    }
+    pub fn grader_dir(&self) -> PathBuf {
+        self.dir.join("grader")
+    }
+    pub fn check_script(&self) -> PathBuf {
+        self.grader_dir().join(&self.spec.check.script)
+    }
+    pub fn protected_files(&self) -> PathBuf {
+        self.grader_dir().join("files")
+    }
+    pub fn solution(&self) -> PathBuf {
+        self.dir.join("solution")
+    }
+
+    /// Loads `dir/task.toml` and checks the whole task (see the module docs).
+    pub fn load(dir: &Path) -> Result<Task, TaskError> {
+        let dir = dir.canonicalize().map_err(|e| TaskError {
+            path: dir.to_path_buf(),
+            field: None,
+            reason: format!("cannot open the task directory: {e}"),
+        })?;
+        let toml_path = dir.join("task.toml");
+        let err = |field: Option<&str>, reason: String| TaskError {
+            path: toml_path.clone(),
+            field: field.map(str::to_owned),
+            reason,
+        };
+        let text = std::fs::read_to_string(&toml_path)
+            .map_err(|e| err(None, format!("cannot read: {e}")))?;
+        let spec: TaskToml = toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| {
+                    format!(
+                        "line {}: ",
+                        text[..s.start.min(text.len())].lines().count().max(1)
+                    )
+                })
+                .unwrap_or_default();
+            err(None, format!("{line}{}", e.message().trim_end()))
+        })?;
+        let dir_name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if spec.name != dir_name {
+            return Err(err(
+                Some("name"),
+                format!("'{}' must equal the directory name '{dir_name}'", spec.name),
+            ));
+        }
+        if spec.prompt.trim().is_empty() {
+            return Err(err(Some("prompt"), "is empty".into()));
+        }
+        if spec.max_steps == 0 {
+            return Err(err(Some("max_steps"), "must be at least 1".into()));
+        }
+        if spec.timeout_secs == 0 {
+            return Err(err(Some("timeout_secs"), "must be at least 1".into()));
+        }
+        if let Some(cap) = spec.cost_cap_usd
+            && !(cap.is_finite() && cap > 0.0)
+        {
+            return Err(err(
+                Some("cost_cap_usd"),
+                format!("{cap} is not a positive amount"),
+            ));
+        }
+        if spec.check.timeout_secs == 0 || spec.check.timeout_secs > MAX_CHECK_TIMEOUT_SECS {
+            return Err(err(
+                Some("check.timeout_secs"),
+                format!("must be between 1 and {MAX_CHECK_TIMEOUT_SECS}"),
+            ));
+        }
+        let task = Task { dir, spec };
+        let within = |field: &str, base: &Path, rel: &str| -> Result<PathBuf, TaskError> {
+            let p = Path::new(rel);
+            if rel.is_empty()
+                || p.is_absolute()
+                || p.components().any(|c| !matches!(c, Component::Normal(_)))
+            {
+                return Err(err(
+                    Some(field),
+                    format!("'{rel}' must be a plain relative path inside the task directory"),
+                ));
+            }
+            let full = base.join(p);
+            // A symlink inside the task cannot point the grader elsewhere either.
+            match full.canonicalize() {
+                Ok(c) if c.starts_with(&task.dir) => Ok(c),
+                Ok(c) => Err(err(
+                    Some(field),
+                    format!(
+                        "'{rel}' resolves to {}, outside the task directory",
+                        c.display()
+                    ),
+                )),
+                Err(_) => Err(err(
+                    Some(field),
+                    format!("{} does not exist", full.display()),
+                )),
+            }
+        };
+        if !task.repo().is_dir() {
+            return Err(err(
+                None,
+                format!(
+                    "{} is missing: the repository the agent gets",
+                    task.repo().display()
+                ),
+            ));
+        }
+        let script = within("check.script", &task.grader_dir(), &task.spec.check.script)?;
+        if !script.is_file() {
+            return Err(err(
+                Some("check.script"),
+                format!("{} is not a file", script.display()),
+            ));
+        }
+        for p in &task.spec.check.protected {
+            let full = within("check.protected", &task.protected_files(), p)?;
+            if !full.is_file() {
+                return Err(err(
+                    Some("check.protected"),
+                    format!("{} is not a file", full.display()),
+                ));
+            }
+        }
+        for d in &task.spec.dependencies {
+            within("dependencies", &task.repo(), d)?;
+        }
+        if !task.solution().is_dir() {
+            return Err(err(
+                None,
+                format!(
+                    "{} is missing: every task needs a reference solution",
+                    task.solution().display()
+                ),
+            ));
+        }
+        Ok(task)
+    }
+}
+
+/// Every task directory (holding a task.toml) matching `pattern`: a directory, or a path whose
+/// last component may be `*` (e.g. `evals/tasks/*`, `evals/tasks/py-*`).
+pub fn find_tasks(pattern: &str) -> Result<Vec<PathBuf>, TaskError> {
+    let path = Path::new(pattern);
+    let (parent, last) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
+        (Some(parent), Some(last)) if last.contains('*') => {
+            (parent.to_path_buf(), last.to_string())
+        }
+        _ => {
+            return if path.join("task.toml").is_file() {
+                Ok(vec![path.to_path_buf()])
+            } else {
+                Err(TaskError {
+                    path: path.to_path_buf(),
+                    field: None,
+                    reason:
+                        "no task.toml here; give a task directory or a pattern like evals/tasks/*"
+                            .into(),
+                })
+            };
+        }
+    };
+    let (prefix, suffix) = last.split_once('*').unwrap_or((&last, ""));
+    let entries = std::fs::read_dir(if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        &parent
+    })
+    .map_err(|e| TaskError {
+        path: parent.clone(),
+        field: None,
+        reason: format!("cannot list: {e}"),
+    })?;
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.starts_with(prefix)
+                    && n.ends_with(suffix)
+                    && n.len() >= prefix.len() + suffix.len()
+            }) && p.join("task.toml").is_file()
+        })
+        .collect();
+    dirs.sort();
+    if dirs.is_empty() {
+        return Err(TaskError {
+            path: path.to_path_buf(),
+            field: None,
+            reason: "matches no task directory".into(),
+        });
+    }
+    Ok(dirs)
+}
