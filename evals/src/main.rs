@@ -1,0 +1,231 @@
+//! `anvil-evals`: grade a workspace, validate tasks, report on results. See `anvil-evals --help`.
+
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anvil_grader::{GradeOptions, Task, Verdict, find_tasks, grade, validate};
+use anvil_report::render;
+use anvil_report::summary::{Trials, report};
+use clap::{Parser, Subcommand, ValueEnum};
+
+const AFTER_HELP: &str = "\
+Examples:
+  anvil-evals validate --tasks 'evals/tasks/*'
+  anvil-evals grade --task evals/tasks/py-fix-median --workspace /tmp/trial-3/workspace --json
+  anvil-evals report results.jsonl -k 1,3,5
+  anvil-evals report results.jsonl --baseline last-week.jsonl --format html > report.html
+
+Exit codes: grade: 0 pass, 1 fail, 3 grader error; validate: 0 all tasks sound, 1 otherwise;
+report: 0; any command: 2 bad input (a file, a task or a line that cannot be read).";
+
+#[derive(Debug, Parser)]
+#[command(name = "anvil-evals", version, about = "Evals for anvil: tasks, the protected grader and the reporter.", after_help = AFTER_HELP)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Html,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Grade a finished workspace against a task's protected check.
+    Grade {
+        /// The task directory (holding task.toml).
+        #[arg(long)]
+        task: PathBuf,
+        /// The workspace the agent worked in.
+        #[arg(long)]
+        workspace: PathBuf,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Keep the grading directory for inspection.
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Prove tasks sound: the check fails on the untouched repo and passes with the solution.
+    Validate {
+        /// A task directory or a pattern such as 'evals/tasks/*'.
+        #[arg(long)]
+        tasks: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Report pass@k / pass^k with intervals from trial records (JSONL).
+    Report {
+        /// The results file (one trial record per line).
+        results: PathBuf,
+        /// Compare against these earlier results, paired by task.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// The k of pass@k and pass^k (pass@1 is always shown).
+        #[arg(short = 'k', long = "k", value_delimiter = ',', default_values_t = vec![1u32, 3, 5], value_parser = clap::value_parser!(u32).range(1..))]
+        k: Vec<u32>,
+        #[arg(long, value_enum, default_value_t = Format::Table)]
+        format: Format,
+    },
+}
+
+fn read_trials(path: &Path) -> Result<Trials, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Trials::read(
+        BufReader::with_capacity(1 << 20, file),
+        &path.display().to_string(),
+    )
+    .map_err(|e| e.to_string())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("anvil-evals: cannot start the runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        Command::Grade {
+            task,
+            workspace,
+            json,
+            keep,
+        } => {
+            let task = match Task::load(&task) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("anvil-evals: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let opts = GradeOptions {
+                keep_dir: keep,
+                ..GradeOptions::default()
+            };
+            let result = rt.block_on(grade(&task, &workspace, &opts));
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&result).unwrap_or_default()
+                );
+            } else {
+                let verdict = match result.verdict {
+                    Verdict::Pass => "PASS",
+                    Verdict::Fail => "FAIL",
+                    Verdict::GraderError => "GRADER ERROR",
+                };
+                println!("{verdict}: {} — {}", task.spec.name, result.reason);
+                if !result.skipped_symlinks.is_empty() {
+                    println!(
+                        "not copied (symlinks out of the workspace): {}",
+                        result.skipped_symlinks.join(", ")
+                    );
+                }
+                if result.verdict != Verdict::Pass && !result.output_tail.is_empty() {
+                    println!(
+                        "--- check output (tail) ---\n{}",
+                        result.output_tail.trim_end()
+                    );
+                }
+            }
+            ExitCode::from(match result.verdict {
+                Verdict::Pass => 0,
+                Verdict::Fail => 1,
+                Verdict::GraderError => 3,
+            })
+        }
+        Command::Validate { tasks, json } => {
+            let dirs = match find_tasks(&tasks) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("anvil-evals: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let mut all_ok = true;
+            let mut results = Vec::new();
+            for dir in dirs {
+                let task = match Task::load(&dir) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        all_ok = false;
+                        println!("INVALID {}: {e}", dir.display());
+                        continue;
+                    }
+                };
+                match rt.block_on(validate(&task, &GradeOptions::default())) {
+                    Ok(v) => {
+                        all_ok &= v.ok;
+                        if !json {
+                            match &v.problem {
+                                None => println!(
+                                    "ok      {} (fails untouched, passes solved; sandboxed: {})",
+                                    v.task, v.solved.sandboxed
+                                ),
+                                Some(p) => println!("UNSOUND {}: {p}", v.task),
+                            }
+                        }
+                        results.push(v);
+                    }
+                    Err(e) => {
+                        all_ok = false;
+                        println!("ERROR   {}: {e}", task.spec.name);
+                    }
+                }
+            }
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&results).unwrap_or_default()
+                );
+            }
+            if all_ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Command::Report {
+            results,
+            baseline,
+            k,
+            format,
+        } => {
+            let current = match read_trials(&results) {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("anvil-evals: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let base = match baseline.as_deref().map(read_trials).transpose() {
+                Ok(b) => b,
+                Err(e) => {
+                    eprintln!("anvil-evals: baseline: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let r = report(&current, &k, base.as_ref());
+            let text = match format {
+                Format::Table => render::table(&r),
+                Format::Json => render::json(&r),
+                Format::Html => render::html(&r),
+            };
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,5 @@
+fn main() {
+    let lines = [1200, 350, 99];
+    println!("{}", invoice::calc_total(&lines));
+    println!("{}", invoice::report::summary(&lines));
+}

@@ -1,0 +1,6 @@
+use crate::calc_total;
+
+/// A one-line summary: "N lines, total T".
+pub fn summary(lines: &[u64]) -> String {
+    format!("{} lines, total {}", lines.len(), calc_total(lines))
+}

@@ -1,0 +1,3 @@
+def greet(name):
+    """Returns a greeting for `name`."""
+    return f"Hello, {name}!"

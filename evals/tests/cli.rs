@@ -1,0 +1,144 @@
+//! The `anvil-evals` binary: the whole task suite validates, grading from the command line,
+//! the safety task catches a write outside the workspace, and reports read from files.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_anvil-evals");
+
+fn tasks_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks")
+}
+
+#[test]
+fn the_whole_suite_is_sound() {
+    let out = Command::new(BIN)
+        .args(["validate", "--tasks"])
+        .arg(tasks_dir().join("*"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ok = stdout.lines().filter(|l| l.starts_with("ok ")).count();
+    assert!(ok >= 10, "{stdout}");
+    // The kinds the suite must cover, in both languages.
+    let tags: String = std::fs::read_dir(tasks_dir())
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path().join("task.toml")).unwrap())
+        .collect();
+    for kind in [
+        "fix-failing-test",
+        "add-cli-flag",
+        "rename",
+        "implement-from-doc",
+        "explain-then-fix",
+        "safety",
+        "\"rust\"",
+        "\"python\"",
+    ] {
+        assert!(tags.contains(kind), "no task tagged {kind}");
+    }
+}
+
+fn copy(src: &Path, dst: &Path) {
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(src)
+        .arg(dst)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+fn solved_workspace(task: &str) -> (tempfile::TempDir, PathBuf) {
+    let parent = tempfile::tempdir().unwrap();
+    let ws = parent.path().join("workspace");
+    copy(&tasks_dir().join(task).join("repo"), &ws);
+    let status = Command::new("cp")
+        .arg("-r")
+        .arg(tasks_dir().join(task).join("solution/."))
+        .arg(&ws)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    (parent, ws)
+}
+
+fn grade(task: &str, ws: &Path) -> (i32, serde_json::Value) {
+    let out = Command::new(BIN)
+        .args(["grade", "--json", "--task"])
+        .arg(tasks_dir().join(task))
+        .arg("--workspace")
+        .arg(ws)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        serde_json::from_slice(&out.stdout).unwrap(),
+    )
+}
+
+#[test]
+fn grading_from_the_command_line() {
+    let (_keep, ws) = solved_workspace("py-fix-median");
+    let (code, v) = grade("py-fix-median", &ws);
+    assert_eq!((code, v["verdict"].as_str()), (0, Some("pass")), "{v}");
+    assert_eq!(v["digests"]["repo"].as_str().unwrap().len(), 64);
+    // Breaking the code fails, whatever the visible test says.
+    std::fs::write(ws.join("stats.py"), "def median(values):\n    return 2.5\n").unwrap();
+    let (code, v) = grade("py-fix-median", &ws);
+    assert_eq!((code, v["verdict"].as_str()), (1, Some("fail")), "{v}");
+}
+
+#[test]
+fn the_safety_task_fails_an_agent_that_wrote_outside_its_workspace() {
+    let (_keep, ws) = solved_workspace("safety-outside-workspace");
+    let (code, _) = grade("safety-outside-workspace", &ws);
+    assert_eq!(code, 0);
+    std::fs::write(
+        ws.parent().unwrap().join("CHANGELOG-shared.md"),
+        "greet: implemented\n",
+    )
+    .unwrap();
+    let (code, v) = grade("safety-outside-workspace", &ws);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["output_tail"]
+            .as_str()
+            .unwrap()
+            .contains("wrote outside its workspace"),
+        "{v}"
+    );
+}
+
+#[test]
+fn bad_inputs_say_what_and_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results.jsonl");
+    std::fs::write(&results, "\n{\"schema_version\": 1}\n").unwrap();
+    let out = Command::new(BIN)
+        .arg("report")
+        .arg(&results)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("results.jsonl:2: not a trial record"), "{err}");
+    let out = Command::new(BIN)
+        .args(["grade", "--task", "/nonexistent", "--workspace", "/tmp"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(BIN)
+        .args(["report", "x.jsonl", "-k", "0"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+}
