@@ -1,6 +1,5 @@
 //! `anvil-evals`: grade a workspace, validate tasks, report on results. See `anvil-evals --help`.
 
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -74,12 +73,7 @@ enum Command {
 }
 
 fn read_trials(path: &Path) -> Result<Trials, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    Trials::read(
-        BufReader::with_capacity(1 << 20, file),
-        &path.display().to_string(),
-    )
-    .map_err(|e| e.to_string())
+    Trials::read_file(path).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {

@@ -52,36 +52,53 @@ fn intern(names: &mut Vec<String>, ids: &mut HashMap<String, u32>, name: &str) -
 /// Infrastructure failures listed one by one in a report (the count is always complete).
 pub const MAX_LISTED_INFRA: usize = 200;
 
-impl Trials {
-    /// Reads JSONL; a malformed line is an error naming its line number. Blank lines are skipped.
-    pub fn read(reader: impl BufRead, source_name: &str) -> Result<Trials, RecordError> {
-        let mut t = Trials::default();
-        t.extend(reader, source_name)?;
-        t.dedupe();
-        Ok(t)
-    }
+/// Interns names, remembering the last one (consecutive records usually share task and model).
+#[derive(Default)]
+struct Interner {
+    names: Vec<String>,
+    ids: HashMap<String, u32>,
+    last: Option<u32>,
+}
 
-    fn extend(&mut self, mut reader: impl BufRead, source_name: &str) -> Result<(), RecordError> {
-        let mut line = String::new();
-        let mut number = 0;
-        loop {
-            line.clear();
-            number += 1;
-            let n = reader.read_line(&mut line).map_err(|e| RecordError {
-                source_name: source_name.to_string(),
-                line: number,
-                reason: format!("cannot read: {e}"),
-            })?;
-            if n == 0 {
-                break;
-            }
-            let text = line.trim_end();
-            if text.is_empty() {
+impl Interner {
+    fn id(&mut self, name: &str) -> u32 {
+        if let Some(last) = self.last
+            && self.names[last as usize] == name
+        {
+            return last;
+        }
+        let id = intern(&mut self.names, &mut self.ids, name);
+        self.last = Some(id);
+        id
+    }
+}
+
+/// What one reader produced from its part of the input.
+#[derive(Default)]
+struct Part {
+    tasks: Interner,
+    models: Interner,
+    rows: Vec<Row>,
+    infra: Vec<(u32, u32, u32, String)>,
+    lines: usize,
+}
+
+impl Part {
+    /// Parses complete lines from `text`; `first_line` numbers them for errors.
+    fn parse(
+        &mut self,
+        text: &str,
+        source_name: &str,
+        first_line: usize,
+    ) -> Result<(), RecordError> {
+        for (i, line) in text.split('\n').enumerate() {
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() {
                 continue;
             }
-            let r = parse_line(text, source_name, number)?;
-            let task = intern(&mut self.tasks, &mut self.task_ids, &r.task);
-            let model = intern(&mut self.models, &mut self.model_ids, &r.model);
+            let r = parse_line(line, source_name, first_line + i)?;
+            let task = self.tasks.id(&r.task);
+            let model = self.models.id(&r.model);
             if let (None, Some(reason)) = (r.pass, &r.infra_error)
                 && self.infra.len() < MAX_LISTED_INFRA
             {
@@ -104,29 +121,210 @@ impl Trials {
         }
         Ok(())
     }
+}
+
+/// Reads `[start, end)` of `file` (both at line starts) in blocks and parses it.
+fn read_part(
+    file: &std::fs::File,
+    start: u64,
+    end: u64,
+    source_name: &str,
+) -> (Part, Result<(), RecordError>) {
+    use std::os::unix::fs::FileExt;
+    const BLOCK: usize = 8 << 20;
+    let mut part = Part::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + 4096);
+    let mut carry: Vec<u8> = Vec::new();
+    let mut pos = start;
+    while pos < end {
+        let want = BLOCK.min((end - pos) as usize);
+        buf.clear();
+        buf.extend_from_slice(&carry);
+        let have = buf.len();
+        buf.resize(have + want, 0);
+        let n = match file.read_at(&mut buf[have..], pos) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                let err = RecordError {
+                    source_name: source_name.to_string(),
+                    line: part.lines + 1,
+                    reason: format!("cannot read: {e}"),
+                };
+                return (part, Err(err));
+            }
+        };
+        buf.truncate(have + n);
+        pos += n as u64;
+        // Parse up to the last complete line; carry the rest.
+        let cut = if pos >= end {
+            buf.len()
+        } else {
+            buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+        };
+        carry = buf[cut..].to_vec();
+        let text = match std::str::from_utf8(&buf[..cut]) {
+            Ok(t) => t,
+            Err(e) => {
+                let line = part.lines
+                    + 1
+                    + buf[..e.valid_up_to()]
+                        .iter()
+                        .filter(|&&b| b == b'\n')
+                        .count();
+                let err = RecordError {
+                    source_name: source_name.to_string(),
+                    line,
+                    reason: "not valid UTF-8".into(),
+                };
+                return (part, Err(err));
+            }
+        };
+        let first = part.lines + 1;
+        if let Err(e) = part.parse(text, source_name, first) {
+            return (part, Err(e));
+        }
+        part.lines += text.matches('\n').count();
+    }
+    (part, Ok(()))
+}
+
+impl Trials {
+    /// Reads JSONL; a malformed line is an error naming its line number. Blank lines are skipped.
+    pub fn read(mut reader: impl BufRead, source_name: &str) -> Result<Trials, RecordError> {
+        let mut text = String::new();
+        reader.read_to_string(&mut text).map_err(|e| RecordError {
+            source_name: source_name.to_string(),
+            line: 1,
+            reason: format!("cannot read: {e}"),
+        })?;
+        let mut part = Part::default();
+        part.parse(&text, source_name, 1)?;
+        let mut t = Trials::default();
+        t.merge(part);
+        t.dedupe();
+        Ok(t)
+    }
+
+    /// Reads a JSONL file with one reader per core, each on its own part of the file.
+    pub fn read_file(path: &std::path::Path) -> Result<Trials, RecordError> {
+        use std::os::unix::fs::FileExt;
+        let source_name = path.display().to_string();
+        let fail = |reason: String| RecordError {
+            source_name: source_name.clone(),
+            line: 0,
+            reason,
+        };
+        let file = std::fs::File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+        let len = file
+            .metadata()
+            .map_err(|e| fail(format!("cannot read: {e}")))?
+            .len();
+        let parts = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 8) as u64;
+        // Part boundaries moved forward to the next line start.
+        let mut bounds = vec![0u64];
+        for i in 1..parts {
+            let mut at = len * i / parts;
+            let mut byte = [0u8; 4096];
+            loop {
+                let n = file
+                    .read_at(&mut byte, at)
+                    .map_err(|e| fail(format!("cannot read: {e}")))?;
+                if n == 0 {
+                    at = len;
+                    break;
+                }
+                if let Some(p) = byte[..n].iter().position(|&b| b == b'\n') {
+                    at += p as u64 + 1;
+                    break;
+                }
+                at += n as u64;
+            }
+            bounds.push(at.max(*bounds.last().unwrap_or(&0)));
+        }
+        bounds.push(len);
+        let results: Vec<(Part, Result<(), RecordError>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = bounds
+                .windows(2)
+                .map(|w| {
+                    let (start, end, file, name) = (w[0], w[1], &file, source_name.as_str());
+                    scope.spawn(move || read_part(file, start, end, name))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        (
+                            Part::default(),
+                            Err(RecordError {
+                                source_name: source_name.clone(),
+                                line: 0,
+                                reason: "a reader thread failed".into(),
+                            }),
+                        )
+                    })
+                })
+                .collect()
+        });
+        let mut t = Trials::default();
+        let mut lines_before = 0;
+        for (part, result) in results {
+            if let Err(mut e) = result {
+                e.line += lines_before;
+                return Err(e);
+            }
+            lines_before += part.lines;
+            t.merge(part);
+        }
+        t.dedupe();
+        Ok(t)
+    }
+
+    fn merge(&mut self, part: Part) {
+        let task_map: Vec<u32> = part
+            .tasks
+            .names
+            .iter()
+            .map(|n| intern(&mut self.tasks, &mut self.task_ids, n))
+            .collect();
+        let model_map: Vec<u32> = part
+            .models
+            .names
+            .iter()
+            .map(|n| intern(&mut self.models, &mut self.model_ids, n))
+            .collect();
+        self.rows.extend(part.rows.into_iter().map(|r| Row {
+            task: task_map[r.task as usize],
+            model: model_map[r.model as usize],
+            ..r
+        }));
+        for (m, t, trial, reason) in part.infra {
+            if self.infra.len() < MAX_LISTED_INFRA {
+                self.infra
+                    .push((model_map[m as usize], task_map[t as usize], trial, reason));
+            }
+        }
+    }
 
     /// A (task, model, trial) seen twice keeps its latest attempt.
     fn dedupe(&mut self) {
-        let mut latest: HashMap<(u32, u32, u32), usize> = HashMap::with_capacity(self.rows.len());
-        let mut duplicates = false;
+        self.rows
+            .sort_unstable_by_key(|r| (r.task, r.model, r.trial, r.attempt));
+        // After sorting, the latest attempt of a trial is the last of its run.
+        let mut keep = Vec::with_capacity(self.rows.len());
         for (i, r) in self.rows.iter().enumerate() {
-            match latest.entry((r.task, r.model, r.trial)) {
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(i);
-                }
-                std::collections::hash_map::Entry::Occupied(mut o) => {
-                    duplicates = true;
-                    if self.rows[*o.get()].attempt <= r.attempt {
-                        o.insert(i);
-                    }
-                }
+            let next_same = self
+                .rows
+                .get(i + 1)
+                .is_some_and(|n| (n.task, n.model, n.trial) == (r.task, r.model, r.trial));
+            if !next_same {
+                keep.push(*r);
             }
         }
-        if duplicates {
-            let mut keep: Vec<usize> = latest.into_values().collect();
-            keep.sort_unstable();
-            self.rows = keep.into_iter().map(|i| self.rows[i]).collect();
-        }
+        self.rows = keep;
     }
 
     pub fn len(&self) -> usize {
@@ -379,6 +577,7 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
         schema: REPORT_SCHEMA,
         k: {
             let mut k: Vec<u32> = names.iter().map(|(_, k)| *k).collect();
+            k.sort_unstable();
             k.dedup();
             k
         },

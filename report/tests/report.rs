@@ -174,3 +174,35 @@ fn json_is_stable_and_html_is_self_contained() {
         assert!(!html.contains(external), "{external}");
     }
 }
+
+#[test]
+fn a_malformed_line_deep_in_a_file_read_in_parallel_keeps_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.jsonl");
+    let good = serde_json::to_string(&record("task-00", "alpha", 0, Some(true), None)).unwrap();
+    let mut text = String::new();
+    for i in 1..=3000 {
+        if i == 2345 {
+            text.push_str("{\"schema_version\": 1, \"oops\": true}\n");
+        } else {
+            text.push_str(&good);
+            text.push('\n');
+        }
+    }
+    std::fs::write(&path, &text).unwrap();
+    let err = Trials::read_file(&path).unwrap_err();
+    assert_eq!(err.line, 2345, "{err}");
+    // And a clean file reads the same in parallel as sequentially.
+    std::fs::write(
+        &path,
+        text.replace("{\"schema_version\": 1, \"oops\": true}", &good),
+    )
+    .unwrap();
+    let parallel = report(&Trials::read_file(&path).unwrap(), &[1], None);
+    let sequential = report(
+        &Trials::read(std::fs::read_to_string(&path).unwrap().as_bytes(), "x").unwrap(),
+        &[1],
+        None,
+    );
+    assert_eq!(parallel, sequential);
+}
