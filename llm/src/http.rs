@@ -6,8 +6,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 
+use crate::capability::Capabilities;
 use crate::error::{LlmError, check_status};
-use crate::protocol::StreamState;
+use crate::protocol::{Protocol, StreamState};
 use crate::provider::EventStream;
 use crate::sse::{SseDecoder, SseLimits};
 
@@ -43,6 +44,88 @@ impl HttpOptions {
             .map_err(|e| LlmError::Config(format!("could not build the HTTP client: {e}")))
     }
 }
+
+/// What every HTTP provider has: a name, a client, an endpoint, the target's capabilities and
+/// the deadlines. Providers add their credentials and request shape.
+pub struct Endpoint {
+    pub name: String,
+    pub http: reqwest::Client,
+    pub base_url: String,
+    pub caps: Capabilities,
+    pub options: HttpOptions,
+    protocol: Protocol,
+}
+
+impl Endpoint {
+    pub(crate) fn new(protocol: Protocol, name: &str, base_url: &str) -> Result<Self, LlmError> {
+        let options = HttpOptions::default();
+        let mut endpoint = Self {
+            name: name.to_string(),
+            http: options.client()?,
+            base_url: String::new(),
+            caps: Capabilities::of(protocol),
+            options,
+            protocol,
+        };
+        endpoint.set_base_url(base_url);
+        Ok(endpoint)
+    }
+
+    /// A trailing slash is dropped. OpenAI Chat's max-token field follows the endpoint
+    /// (`max_completion_tokens` for OpenAI itself, `max_tokens` elsewhere).
+    pub fn set_base_url(&mut self, base_url: &str) {
+        self.base_url = base_url.trim_end_matches('/').to_string();
+        if self.protocol == Protocol::OpenaiChat {
+            self.caps.max_tokens_field =
+                crate::providers::openai_chat::MaxTokensField::default_for(&self.base_url).key();
+        }
+    }
+
+    /// New capabilities; the max-token field chosen for this endpoint is kept.
+    pub fn set_capabilities(&mut self, caps: Capabilities) {
+        let field = self.caps.max_tokens_field;
+        self.caps = caps;
+        self.caps.max_tokens_field = field;
+    }
+
+    pub fn set_options(&mut self, options: HttpOptions) -> Result<(), LlmError> {
+        self.http = options.client()?;
+        self.options = options;
+        Ok(())
+    }
+}
+
+/// The builder methods every HTTP provider (a struct with an `endpoint: Endpoint`) offers.
+macro_rules! endpoint_builders {
+    () => {
+        /// Points the provider at another server (a proxy, a compatible server, wiremock).
+        pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
+            self.endpoint.set_base_url(&base_url.into());
+            self
+        }
+
+        /// The provider's name from config, for logs and errors.
+        pub fn with_name(mut self, name: impl Into<String>) -> Self {
+            self.endpoint.name = name.into();
+            self
+        }
+
+        /// The target's capabilities (from the capability table, with config overrides).
+        pub fn with_capabilities(mut self, caps: $crate::capability::Capabilities) -> Self {
+            self.endpoint.set_capabilities(caps);
+            self
+        }
+
+        pub fn with_options(
+            mut self,
+            options: $crate::http::HttpOptions,
+        ) -> Result<Self, $crate::error::LlmError> {
+            self.endpoint.set_options(options)?;
+            Ok(self)
+        }
+    };
+}
+pub(crate) use endpoint_builders;
 
 /// Sends `request` and returns its canonical event stream.
 pub(crate) async fn send_streaming(

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, IMAGE_OMITTED};
 use crate::error::LlmError;
-use crate::http::{HttpOptions, send_streaming};
+use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
@@ -428,68 +428,40 @@ impl StreamState for AnthropicStreamState {
 
 /// An Anthropic Messages endpoint.
 pub struct Anthropic {
-    name: String,
-    http: reqwest::Client,
+    endpoint: Endpoint,
     api_key: String,
-    base_url: String,
-    caps: Capabilities,
-    options: HttpOptions,
 }
 
 impl Anthropic {
     pub fn new(api_key: impl Into<String>) -> Result<Self, LlmError> {
-        let options = HttpOptions::default();
         Ok(Self {
-            name: "anthropic".into(),
-            http: options.client()?,
+            endpoint: Endpoint::new(Protocol::Anthropic, "anthropic", DEFAULT_BASE_URL)?,
             api_key: api_key.into(),
-            base_url: DEFAULT_BASE_URL.into(),
-            caps: Capabilities::of(Protocol::Anthropic),
-            options,
         })
     }
 
-    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
-        self.caps = caps;
-        self
-    }
-
-    /// Points the provider at another server (a proxy, a compatible server, wiremock).
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
-        self.base_url = base_url.into().trim_end_matches('/').to_string();
-        self
-    }
-
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    pub fn with_options(mut self, options: HttpOptions) -> Result<Self, LlmError> {
-        self.http = options.client()?;
-        self.options = options;
-        Ok(self)
-    }
+    endpoint_builders!();
 }
 
 #[async_trait::async_trait]
 impl Provider for Anthropic {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
         let request = self
+            .endpoint
             .http
-            .post(format!("{}/v1/messages", self.base_url))
+            .post(format!("{}/v1/messages", self.endpoint.base_url))
             .header("x-api-key", &self.api_key)
             .header("anthropic-version", API_VERSION)
             .header("accept", "text/event-stream")
-            .json(&to_wire(req, &self.caps));
+            .json(&to_wire(req, &self.endpoint.caps));
         send_streaming(
             request,
             Box::new(AnthropicStreamState::default()),
-            &self.options,
+            &self.endpoint.options,
         )
         .await
     }

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, IMAGE_OMITTED, SchemaDialect};
 use crate::error::LlmError;
-use crate::http::{HttpOptions, send_streaming};
+use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::StreamState;
 use crate::provider::{EventStream, Provider};
 use crate::schema::legacy_schema;
@@ -570,62 +570,39 @@ impl StreamState for GeminiStreamState {
 
 /// A Gemini GenerateContent endpoint.
 pub struct Gemini {
-    name: String,
-    http: reqwest::Client,
+    endpoint: Endpoint,
     api_key: String,
-    base_url: String,
-    caps: Capabilities,
-    options: HttpOptions,
 }
 
 impl Gemini {
     pub fn new(api_key: impl Into<String>) -> Result<Self, LlmError> {
-        let options = HttpOptions::default();
         Ok(Self {
-            name: "gemini".into(),
-            http: options.client()?,
+            endpoint: Endpoint::new(
+                crate::protocol::Protocol::Gemini,
+                "gemini",
+                DEFAULT_BASE_URL,
+            )?,
             api_key: api_key.into(),
-            base_url: DEFAULT_BASE_URL.into(),
-            caps: Capabilities::of(crate::protocol::Protocol::Gemini),
-            options,
         })
     }
 
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
-        self.base_url = base_url.into().trim_end_matches('/').to_string();
-        self
-    }
-
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
-        self.caps = caps;
-        self
-    }
-
-    pub fn with_options(mut self, options: HttpOptions) -> Result<Self, LlmError> {
-        self.http = options.client()?;
-        self.options = options;
-        Ok(self)
-    }
+    endpoint_builders!();
 }
 
 #[async_trait::async_trait]
 impl Provider for Gemini {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
-        let body = to_wire(req, &self.caps)?;
+        let body = to_wire(req, &self.endpoint.caps)?;
         let request = self
+            .endpoint
             .http
             .post(format!(
                 "{}/models/{}:streamGenerateContent?alt=sse",
-                self.base_url, req.model
+                self.endpoint.base_url, req.model
             ))
             .header("x-goog-api-key", &self.api_key)
             .header("accept", "text/event-stream")
@@ -633,7 +610,7 @@ impl Provider for Gemini {
         send_streaming(
             request,
             Box::new(GeminiStreamState::default()),
-            &self.options,
+            &self.endpoint.options,
         )
         .await
     }

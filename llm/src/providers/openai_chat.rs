@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, IMAGE_OMITTED};
 use crate::error::LlmError;
-use crate::http::{HttpOptions, send_streaming};
+use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
@@ -451,65 +451,34 @@ impl StreamState for ChatStreamState {
 
 /// An OpenAI Chat Completions endpoint (OpenAI or any compatible server).
 pub struct OpenAiChat {
-    name: String,
-    http: reqwest::Client,
-    base_url: String,
+    endpoint: Endpoint,
     api_key: Option<String>,
-    caps: Capabilities,
-    options: HttpOptions,
 }
 
 impl OpenAiChat {
     /// `api_key: None` sends no `Authorization` header (local servers).
     pub fn new(api_key: Option<String>) -> Result<Self, LlmError> {
-        let options = HttpOptions::default();
         Ok(Self {
-            name: "openai".into(),
-            http: options.client()?,
-            base_url: DEFAULT_BASE_URL.into(),
+            endpoint: Endpoint::new(Protocol::OpenaiChat, "openai", DEFAULT_BASE_URL)?,
             api_key,
-            caps: Capabilities::of(Protocol::OpenaiChat),
-            options,
         })
     }
 
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
-        self.base_url = base_url.into().trim_end_matches('/').to_string();
-        self.caps.max_tokens_field = MaxTokensField::default_for(&self.base_url).key();
-        self
-    }
+    endpoint_builders!();
 
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
+    /// Overrides the max-token field chosen from the endpoint.
     pub fn with_max_tokens_field(mut self, field: MaxTokensField) -> Self {
-        self.caps.max_tokens_field = field.key();
+        self.endpoint.caps.max_tokens_field = field.key();
         self
-    }
-
-    /// Capabilities (images, temperature); the max-token field stays the one chosen for this
-    /// endpoint.
-    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
-        let field = self.caps.max_tokens_field;
-        self.caps = caps;
-        self.caps.max_tokens_field = field;
-        self
-    }
-
-    pub fn with_options(mut self, options: HttpOptions) -> Result<Self, LlmError> {
-        self.http = options.client()?;
-        self.options = options;
-        Ok(self)
     }
 
     fn request(&self, req: &ChatRequest) -> reqwest::RequestBuilder {
         let mut request = self
+            .endpoint
             .http
-            .post(format!("{}/chat/completions", self.base_url))
+            .post(format!("{}/chat/completions", self.endpoint.base_url))
             .header("accept", "text/event-stream")
-            .json(&to_wire(req, &self.caps));
+            .json(&to_wire(req, &self.endpoint.caps));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -520,14 +489,14 @@ impl OpenAiChat {
 #[async_trait::async_trait]
 impl Provider for OpenAiChat {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
         send_streaming(
             self.request(req),
             Box::new(ChatStreamState::default()),
-            &self.options,
+            &self.endpoint.options,
         )
         .await
     }

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, IMAGE_OMITTED};
 use crate::error::LlmError;
-use crate::http::{HttpOptions, send_streaming};
+use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::StreamState;
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
@@ -418,68 +418,46 @@ impl StreamState for ResponsesStreamState {
 
 /// An OpenAI Responses endpoint.
 pub struct OpenAiResponses {
-    name: String,
-    http: reqwest::Client,
-    base_url: String,
+    endpoint: Endpoint,
     api_key: Option<String>,
-    caps: Capabilities,
-    options: HttpOptions,
 }
 
 impl OpenAiResponses {
+    /// `api_key: None` sends no `Authorization` header (local servers).
     pub fn new(api_key: Option<String>) -> Result<Self, LlmError> {
-        let options = HttpOptions::default();
         Ok(Self {
-            name: "openai".into(),
-            http: options.client()?,
-            base_url: DEFAULT_BASE_URL.into(),
+            endpoint: Endpoint::new(
+                crate::protocol::Protocol::OpenaiResponses,
+                "openai",
+                DEFAULT_BASE_URL,
+            )?,
             api_key,
-            caps: Capabilities::of(crate::protocol::Protocol::OpenaiResponses),
-            options,
         })
     }
 
-    pub fn with_base_url(mut self, base_url: impl Into<String>) -> Self {
-        self.base_url = base_url.into().trim_end_matches('/').to_string();
-        self
-    }
-
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    pub fn with_capabilities(mut self, caps: Capabilities) -> Self {
-        self.caps = caps;
-        self
-    }
-
-    pub fn with_options(mut self, options: HttpOptions) -> Result<Self, LlmError> {
-        self.http = options.client()?;
-        self.options = options;
-        Ok(self)
-    }
+    endpoint_builders!();
 }
 
 #[async_trait::async_trait]
 impl Provider for OpenAiResponses {
     fn name(&self) -> &str {
-        &self.name
+        &self.endpoint.name
     }
 
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
         let mut request = self
+            .endpoint
             .http
-            .post(format!("{}/responses", self.base_url))
+            .post(format!("{}/responses", self.endpoint.base_url))
             .header("accept", "text/event-stream")
-            .json(&to_wire(req, &self.caps));
+            .json(&to_wire(req, &self.endpoint.caps));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
         send_streaming(
             request,
             Box::new(ResponsesStreamState::default()),
-            &self.options,
+            &self.endpoint.options,
         )
         .await
     }
