@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
+use anvil_agent::sandbox::{Sandbox, SandboxPolicy};
 use anvil_agent::secrets::ChildEnv;
 use anvil_agent::tools::register_coding_tools;
 use anvil_agent::{Agent, AgentConfig, EventSink, ToolContext, ToolRegistry, TurnOutcome};
@@ -39,8 +40,13 @@ fn fixture() -> Fixture {
     .unwrap_or_else(|e| panic!("{e}"));
     let access = Arc::new(FileAccess::workspace(&root).unwrap_or_else(|e| panic!("{e}")));
     let mut tools = ToolRegistry::new();
-    register_coding_tools(&mut tools, access, ChildEnv::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+    register_coding_tools(
+        &mut tools,
+        access,
+        ChildEnv::default(),
+        Arc::new(Sandbox::new(SandboxPolicy::FullAccess, &root)),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     Fixture {
         _dir: dir,
         root,

@@ -1,5 +1,7 @@
 //! The bash tool and the process supervisor against real processes: process groups, timeouts,
 //! cancellation, bounded capture, detached children, the scrubbed environment and redaction.
+//! These run without the OS sandbox (FullAccess) so host pids can be checked; the sandbox has
+//! its own suite (sandbox_escape.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
@@ -7,6 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anvil_agent::sandbox::{Sandbox, SandboxPolicy};
 use anvil_agent::secrets::{ChildEnv, Redactor};
 use anvil_agent::tools::bash::Bash;
 use anvil_agent::{ToolContext, ToolRegistry};
@@ -28,8 +31,10 @@ fn base_env() -> Vec<(String, String)> {
 
 fn registry() -> ToolRegistry {
     let mut r = ToolRegistry::new().with_redactor(Arc::new(Redactor::from_vars(base_env())));
+    let unconfined = Arc::new(Sandbox::new(SandboxPolicy::FullAccess, "/"));
     r.register(Arc::new(Bash::new(
         ChildEnv::default().with_base(base_env()),
+        unconfined,
     )))
     .unwrap();
     r

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
+use anvil_agent::sandbox::{Sandbox, SandboxPolicy};
 use anvil_agent::secrets::ChildEnv;
 use anvil_agent::tools::register_coding_tools;
 use anvil_agent::{ToolContext, ToolRegistry};
@@ -23,7 +24,13 @@ fn ws() -> Ws {
     let dir = tempfile::tempdir().unwrap();
     let access = Arc::new(FileAccess::workspace(dir.path()).unwrap());
     let mut tools = ToolRegistry::new();
-    register_coding_tools(&mut tools, access, ChildEnv::default()).unwrap();
+    register_coding_tools(
+        &mut tools,
+        access,
+        ChildEnv::default(),
+        Arc::new(Sandbox::new(SandboxPolicy::FullAccess, "/")),
+    )
+    .unwrap();
     let ctx = ToolContext::new(dir.path().canonicalize().unwrap());
     Ws { dir, tools, ctx }
 }
@@ -342,7 +349,13 @@ async fn searching_for_fn_main_across_this_repository() {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let access = Arc::new(FileAccess::workspace(repo).unwrap());
     let mut tools = ToolRegistry::new();
-    register_coding_tools(&mut tools, access, ChildEnv::default()).unwrap();
+    register_coding_tools(
+        &mut tools,
+        access,
+        ChildEnv::default(),
+        Arc::new(Sandbox::new(SandboxPolicy::FullAccess, "/")),
+    )
+    .unwrap();
     let ctx = ToolContext::new(repo.canonicalize().unwrap());
     let out = match tools
         .dispatch(

@@ -240,6 +240,7 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
         let mounts = Mounts {
             writable: vec![grading.clone()],
             read_only,
+            ..Mounts::default()
         };
         spec = bwrap::wrap(
             b,

@@ -29,6 +29,18 @@ pub enum OutputFormat {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxMode {
+    /// Commands may write only inside the workspace (not .git or .anvil), without network.
+    WorkspaceWrite,
+    /// Like workspace-write, with network.
+    WorkspaceWriteNetwork,
+    /// Commands may write nothing.
+    ReadOnly,
+    /// No sandbox: commands run with your full rights. Only by this explicit choice.
+    FullAccess,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum PermissionMode {
     /// Read-only exploration: no edits, no commands.
     Plan,
@@ -70,6 +82,11 @@ pub struct Cli {
     /// Work in this directory instead of the current one.
     #[arg(short = 'C', long = "cwd", value_name = "DIR")]
     pub cwd: Option<PathBuf>,
+
+    /// What shell commands may do. Needs bubblewrap on Linux; without it commands fail
+    /// (they never silently run unconfined) unless you choose full-access.
+    #[arg(long, value_enum, default_value_t = SandboxMode::WorkspaceWrite)]
+    pub sandbox: SandboxMode,
 
     /// How tool calls are approved. Accepted now; enforced once permissions land.
     #[arg(long, value_enum, default_value_t = PermissionMode::Default)]

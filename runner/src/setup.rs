@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
 use anvil_agent::prompt::PromptBuilder;
+use anvil_agent::sandbox::{Sandbox, SandboxPolicy};
 use anvil_agent::secrets::{ChildEnv, Redactor};
 use anvil_agent::tools::register_coding_tools;
 use anvil_agent::{Agent, AgentConfig, EventSink, ToolRegistry};
@@ -12,7 +13,7 @@ use anvil_llm::config::{Config, IgnoredKey, TrustStore};
 use anvil_llm::registry::{Registry, ResolvedModel};
 use sha2::{Digest, Sha256};
 
-use crate::cli::Cli;
+use crate::cli::{Cli, SandboxMode};
 
 /// A session could not be set up; the message says what to change.
 #[derive(Debug)]
@@ -86,7 +87,7 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
         }
     };
     let model = registry.resolve(&name)?;
-    let agent = agent_for(&model, &cwd, cli.max_steps, events)?;
+    let agent = agent_for(&model, &cwd, cli, events)?;
     Ok(Session {
         agent,
         model,
@@ -96,12 +97,22 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     })
 }
 
-/// The standard coding toolset for `cwd`.
-pub fn tools(cwd: &Path) -> Result<ToolRegistry, SetupError> {
+fn policy(mode: SandboxMode) -> SandboxPolicy {
+    match mode {
+        SandboxMode::WorkspaceWrite => SandboxPolicy::WorkspaceWrite { network: false },
+        SandboxMode::WorkspaceWriteNetwork => SandboxPolicy::WorkspaceWrite { network: true },
+        SandboxMode::ReadOnly => SandboxPolicy::ReadOnly,
+        SandboxMode::FullAccess => SandboxPolicy::FullAccess,
+    }
+}
+
+/// The standard coding toolset for `cwd`, its commands confined by `sandbox`.
+pub fn tools(cwd: &Path, sandbox: SandboxMode) -> Result<ToolRegistry, SetupError> {
     let access = FileAccess::workspace(cwd)
         .map_err(|e| SetupError(format!("cannot open the workspace {}: {e}", cwd.display())))?;
     let mut tools = ToolRegistry::new().with_redactor(Arc::new(Redactor::from_env()));
-    register_coding_tools(&mut tools, Arc::new(access), ChildEnv::default())
+    let sandbox = Arc::new(Sandbox::new(policy(sandbox), cwd));
+    register_coding_tools(&mut tools, Arc::new(access), ChildEnv::default(), sandbox)
         .map_err(|e| SetupError(e.to_string()))?;
     Ok(tools)
 }
@@ -109,20 +120,20 @@ pub fn tools(cwd: &Path) -> Result<ToolRegistry, SetupError> {
 fn agent_for(
     model: &ResolvedModel,
     cwd: &Path,
-    max_steps: Option<u32>,
+    cli: &Cli,
     events: EventSink,
 ) -> Result<Agent, SetupError> {
     let cfg = AgentConfig {
         model: model.model.clone(),
         system: Some(PromptBuilder::for_workspace(cwd).build()),
-        max_steps: max_steps.unwrap_or(AgentConfig::default().max_steps),
+        max_steps: cli.max_steps.unwrap_or(AgentConfig::default().max_steps),
         max_tokens: model.limits.max_output_tokens,
         prompt_cache_key: model.prompt_cache_key.then(|| prompt_cache_key(cwd)),
         ..AgentConfig::default()
     };
     Ok(Agent::new(
         Arc::clone(&model.provider),
-        Arc::new(tools(cwd)?),
+        Arc::new(tools(cwd, cli.sandbox)?),
         cfg,
         cwd,
         events,

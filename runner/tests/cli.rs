@@ -362,6 +362,23 @@ async fn stream_json_ends_with_turn_finished_even_for_a_slow_reader() {
     );
 }
 
+/// Whether a live process carries `marker` in its command line (the tool's shell runs inside
+/// the sandbox's own pid namespace, so its `$$` is not a host pid).
+fn marked_alive(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            let pid: i32 = match e.file_name().to_string_lossy().parse() {
+                Ok(p) => p,
+                Err(_) => return false,
+            };
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+                && alive(pid)
+        })
+}
+
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {
@@ -397,7 +414,7 @@ async fn a_closed_stdout_pipe_cancels_the_turn_and_reaps_children() {
         tool_answer(
             "toolu_1",
             "bash",
-            json!({"command": "echo $$ > shell.pid; sleep 30"}),
+            json!({"command": "echo started > started.txt; exec -a anvil-mark-pipe sleep 30"}),
         ),
         text_answer("never reached"),
     ])
@@ -410,11 +427,15 @@ async fn a_closed_stdout_pipe_cancels_the_turn_and_reaps_children() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid: i32 = wait_for_file(&m.repo.join("shell.pid"))
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(alive(pid));
+    wait_for_file(&m.repo.join("started.txt"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marked_alive("anvil-mark-pipe") {
+        assert!(
+            Instant::now() < deadline,
+            "the tool's process never showed up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     drop(child.stdout.take()); // the reader goes away while nothing is being written
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -428,12 +449,12 @@ async fn a_closed_stdout_pipe_cancels_the_turn_and_reaps_children() {
     };
     assert_eq!(status.code(), Some(130));
     let deadline = Instant::now() + Duration::from_secs(2);
-    while alive(pid) && Instant::now() < deadline {
+    while marked_alive("anvil-mark-pipe") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(
-        !alive(pid),
-        "the tool's shell {pid} outlived anvil's cancelled turn"
+        !marked_alive("anvil-mark-pipe"),
+        "the tool's process outlived anvil's cancelled turn"
     );
 }
 
@@ -555,7 +576,7 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
         tool_answer(
             "toolu_1",
             "bash",
-            json!({"command": "echo $$ > shell.pid; sleep 30"}),
+            json!({"command": "echo started > started.txt; exec -a anvil-mark-tmux sleep 30"}),
         ),
         text_answer("Hello again!"),
     ])
@@ -564,20 +585,28 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
     let tmux = Tmux::start(&m, 120);
     tmux.wait_for("/help for commands");
     tmux.send(&["run the long thing", "Enter"]);
-    tmux.wait_for("⏺ bash(command=echo $$ > shell.pid; sleep 30)");
-    let pid: i32 = wait_for_file(&m.repo.join("shell.pid"))
-        .trim()
-        .parse()
-        .unwrap();
+    tmux.wait_for("⏺ bash(command=echo started > started.txt; exec -a anvil-mark-tmux sleep 30)");
+    wait_for_file(&m.repo.join("started.txt"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marked_alive("anvil-mark-tmux") {
+        assert!(
+            Instant::now() < deadline,
+            "the tool's process never showed up"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let pressed = Instant::now();
     tmux.send(&["C-c"]);
     tmux.wait_for("(cancelled)");
     assert!(pressed.elapsed() < Duration::from_secs(5));
     let deadline = Instant::now() + Duration::from_secs(2);
-    while alive(pid) && Instant::now() < deadline {
+    while marked_alive("anvil-mark-tmux") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(!alive(pid), "the cancelled tool's shell survived");
+    assert!(
+        !marked_alive("anvil-mark-tmux"),
+        "the cancelled tool's process survived"
+    );
     // The next prompt works, and the conversation went on.
     tmux.send(&["hi", "Enter"]);
     let screen = tmux.wait_for("Hello again!");

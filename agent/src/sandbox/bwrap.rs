@@ -114,6 +114,7 @@ mod tests {
         let mounts = Mounts {
             writable: vec!["/tmp/grade/work".into()],
             read_only: vec!["/tmp/ws-parent".into()],
+            ..Mounts::default()
         };
         let a = args(
             SandboxPolicy::WorkspaceWrite { network: false },

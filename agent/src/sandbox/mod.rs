@@ -19,11 +19,135 @@ pub enum SandboxPolicy {
     FullAccess,
 }
 
-/// Paths the sandbox exposes beyond the read-only root.
+/// Paths the sandbox exposes beyond the read-only root, applied in this order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Mounts {
-    /// Bound read-write.
-    pub writable: Vec<PathBuf>,
     /// Bound read-only after the private /tmp is mounted, so paths under /tmp stay visible.
     pub read_only: Vec<PathBuf>,
+    /// Bound read-write.
+    pub writable: Vec<PathBuf>,
+    /// Bound read-only again inside a writable root (`.git`, `.anvil`).
+    pub protected: Vec<PathBuf>,
+    /// Hidden: directories get an empty tmpfs, files an empty read-only file.
+    pub masked: Vec<PathBuf>,
+}
+
+/// Credential stores under HOME that sandboxed code must not read.
+pub const CREDENTIAL_PATHS: &[&str] = &[
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".config/gh",
+    ".config/gcloud",
+    ".azure",
+    ".kube",
+    ".docker",
+    ".netrc",
+    ".git-credentials",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".config/anvil",
+    ".local/share/anvil",
+];
+
+/// Why a sandboxed command could not run. Nothing ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SandboxError {
+    #[error(
+        "the sandbox is unavailable: bubblewrap is not installed. Install it (Debian/Ubuntu: \
+         apt-get install bubblewrap) — or, if you accept commands running with your full rights, \
+         start anvil with --sandbox full-access"
+    )]
+    Missing,
+    #[error(
+        "the sandbox is unavailable: {0}. Fix it (for example allow unprivileged user \
+         namespaces: sysctl kernel.unprivileged_userns_clone=1) — or, if you accept commands \
+         running with your full rights, start anvil with --sandbox full-access"
+    )]
+    Broken(String),
+}
+
+/// A session's sandbox: the policy, the workspace it opens, and the backend. The first use
+/// probes the backend once; a sandbox that does not work fails every call, closed — it never
+/// falls back to running unconfined.
+#[derive(Debug)]
+pub struct Sandbox {
+    policy: SandboxPolicy,
+    workspace: PathBuf,
+    home: Option<PathBuf>,
+    bwrap: Option<PathBuf>,
+    probe: std::sync::OnceLock<Result<(), SandboxError>>,
+}
+
+impl Sandbox {
+    /// `policy` over `workspace`, with bubblewrap from PATH and the user's HOME.
+    pub fn new(policy: SandboxPolicy, workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            policy,
+            workspace: workspace.into(),
+            home: std::env::var_os("HOME").map(PathBuf::from),
+            bwrap: bwrap::find(),
+            probe: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Masks credentials under this directory instead of HOME.
+    pub fn with_home(mut self, home: impl Into<PathBuf>) -> Self {
+        self.home = Some(home.into());
+        self
+    }
+
+    /// Uses this bubblewrap (or none: every sandboxed call then fails closed).
+    pub fn with_bwrap(mut self, bwrap: Option<PathBuf>) -> Self {
+        self.bwrap = bwrap;
+        self
+    }
+
+    pub fn policy(&self) -> SandboxPolicy {
+        self.policy
+    }
+
+    /// The mounts for a command in the workspace.
+    pub fn mounts(&self) -> Mounts {
+        let mut m = Mounts::default();
+        if matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. }) {
+            m.writable.push(self.workspace.clone());
+            for p in [".git", ".anvil"] {
+                let path = self.workspace.join(p);
+                if path.exists() {
+                    m.protected.push(path);
+                }
+            }
+        } else if self.workspace.starts_with("/tmp") {
+            m.read_only.push(self.workspace.clone());
+        }
+        if let Some(home) = &self.home {
+            for p in CREDENTIAL_PATHS {
+                let path = home.join(p);
+                if path.symlink_metadata().is_ok() {
+                    m.masked.push(path);
+                }
+            }
+        }
+        m
+    }
+
+    /// `spec` confined by the policy, or why it cannot be.
+    pub fn wrap(
+        &self,
+        spec: crate::process::ProcessSpec,
+    ) -> Result<crate::process::ProcessSpec, SandboxError> {
+        if self.policy == SandboxPolicy::FullAccess {
+            return Ok(spec);
+        }
+        let Some(bwrap) = &self.bwrap else {
+            return Err(SandboxError::Missing);
+        };
+        self.probe
+            .get_or_init(|| bwrap::works(bwrap).map_err(SandboxError::Broken))
+            .clone()?;
+        Ok(bwrap::wrap(bwrap, spec, self.policy, &self.mounts()))
+    }
 }

@@ -5,7 +5,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+use std::sync::Arc;
+
 use crate::process::{self, ProcessSpec, Termination};
+use crate::sandbox::Sandbox;
 use crate::secrets::ChildEnv;
 use crate::tool::{Cancellation, Effects, ToolContext, ToolError, TypedTool};
 
@@ -29,11 +32,13 @@ pub struct BashArgs {
 
 pub struct Bash {
     env: ChildEnv,
+    /// Every command runs inside it; the model has no argument that widens it.
+    sandbox: Arc<Sandbox>,
 }
 
 impl Bash {
-    pub fn new(env: ChildEnv) -> Self {
-        Self { env }
+    pub fn new(env: ChildEnv, sandbox: Arc<Sandbox>) -> Self {
+        Self { env, sandbox }
     }
 }
 
@@ -53,8 +58,9 @@ impl TypedTool for Bash {
          not work. Do not use it to read, search or edit files — read_file, glob, grep and \
          edit_file are faster, safer and their output is shaped for you. Long output keeps its \
          beginning and end. The default timeout is 2 minutes (timeout_ms, at most 10 minutes); \
-         a non-zero exit code is reported, not treated as a failure of the tool. API keys and \
-         other credentials are not in its environment."
+         a non-zero exit code is reported, not treated as a failure of the tool. It runs in a \
+         sandbox: it can write only inside the workspace (not .git or .anvil), has no network \
+         unless the user allowed it, and cannot see credentials or API keys."
     }
 
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<String, ToolError> {
@@ -69,6 +75,11 @@ impl TypedTool for Bash {
             .env(self.env.vars())
             .timeout(Duration::from_millis(timeout_ms))
             .capture(CAPTURE_BYTES, CAPTURE_BYTES);
+        // Fail closed: a sandbox that cannot run means the command does not run.
+        let spec = self
+            .sandbox
+            .wrap(spec)
+            .map_err(|e| ToolError::Failed(e.to_string()))?;
         let out = process::run(&spec, &ctx.cancel)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;

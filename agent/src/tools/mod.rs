@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use crate::file_access::FileAccess;
 use crate::registry::{RegistryError, ToolRegistry};
+use crate::sandbox::Sandbox;
 use crate::secrets::ChildEnv;
 
 pub mod bash;
@@ -16,17 +17,18 @@ mod walk;
 pub mod write_file;
 
 /// Registers read_file, write_file, edit_file, glob, grep and bash, all sharing one
-/// [`FileAccess`] (and so one freshness record).
+/// [`FileAccess`] (and so one freshness record); bash runs inside `sandbox`.
 pub fn register_coding_tools(
     registry: &mut ToolRegistry,
     access: Arc<FileAccess>,
     env: ChildEnv,
+    sandbox: Arc<Sandbox>,
 ) -> Result<(), RegistryError> {
     registry.register(Arc::new(read_file::ReadFile::new(Arc::clone(&access))))?;
     registry.register(Arc::new(write_file::WriteFile::new(Arc::clone(&access))))?;
     registry.register(Arc::new(edit_file::EditFile::new(Arc::clone(&access))))?;
     registry.register(Arc::new(glob::GlobTool::new(Arc::clone(&access))))?;
     registry.register(Arc::new(grep::GrepTool::new(access)))?;
-    registry.register(Arc::new(bash::Bash::new(env)))?;
+    registry.register(Arc::new(bash::Bash::new(env, sandbox)))?;
     Ok(())
 }
