@@ -81,6 +81,20 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
             ]);
         }
     }
+    // Later mounts shadow earlier ones: protected paths come back read-only inside the
+    // writable roots, and credential stores disappear.
+    for p in &mounts.protected {
+        let p = p.display().to_string();
+        a.extend(["--ro-bind".into(), p.clone(), p]);
+    }
+    for p in &mounts.masked {
+        let shown = p.display().to_string();
+        if p.is_dir() {
+            a.extend(["--tmpfs".into(), shown]);
+        } else {
+            a.extend(["--ro-bind".into(), "/dev/null".into(), shown]);
+        }
+    }
     a.extend(["--chdir".into(), cwd.display().to_string(), "--".into()]);
     a
 }
@@ -133,6 +147,25 @@ mod tests {
             Path::new("/"),
         );
         assert!(!a.contains(&"--unshare-net".to_string()));
+        // Protected paths are re-bound read-only after the writable root; masks come last.
+        let mounts = Mounts {
+            writable: vec!["/ws".into()],
+            protected: vec!["/ws/.git".into()],
+            masked: vec!["/nonexistent-home/.netrc".into()],
+            ..Mounts::default()
+        };
+        let joined = args(
+            SandboxPolicy::WorkspaceWrite { network: false },
+            &mounts,
+            Path::new("/ws"),
+        )
+        .join(" ");
+        let rw = joined.find("--bind /ws /ws").unwrap();
+        let ro = joined.find("--ro-bind /ws/.git /ws/.git").unwrap();
+        let mask = joined
+            .find("--ro-bind /dev/null /nonexistent-home/.netrc")
+            .unwrap();
+        assert!(rw < ro && ro < mask, "{joined}");
         // Read-only binds no writable roots.
         let a = args(SandboxPolicy::ReadOnly, &mounts, Path::new("/"));
         assert!(!a.contains(&"--bind".to_string()));

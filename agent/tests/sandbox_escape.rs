@@ -1,0 +1,285 @@
+//! The escape suite: the real bash tool under the real bubblewrap sandbox (WorkspaceWrite
+//! without network), HOME pointed at a fake home seeded with secrets. Every attempt must fail,
+//! and each is checked from the host side, not from what the sandboxed command says.
+//!
+//! bubblewrap is required (scripts/test.sh installs it); a missing one fails the suite with how
+//! to install it, it is never skipped silently.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anvil_agent::sandbox::{Sandbox, SandboxPolicy, bwrap};
+use anvil_agent::secrets::ChildEnv;
+use anvil_agent::tools::bash::Bash;
+use anvil_agent::{ToolContext, ToolRegistry};
+use anvil_llm::ContentBlock;
+use serde_json::json;
+
+const SECRET: &str = "FAKE-PRIVATE-KEY-7f3a9c";
+
+struct Box_ {
+    _root: tempfile::TempDir,
+    home: std::path::PathBuf,
+    workspace: std::path::PathBuf,
+    outside: std::path::PathBuf,
+}
+
+fn setup() -> Box_ {
+    assert!(
+        bwrap::find().is_some(),
+        "bubblewrap is not installed: apt-get install bubblewrap (scripts/test.sh does this)"
+    );
+    // Outside /tmp (the sandbox's /tmp is private, which would hide a fake home there anyway):
+    // the credentials must be hidden by the masks, not by accident.
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let base = root.path().canonicalize().unwrap();
+    let home = base.join("home");
+    let workspace = base.join("workspace");
+    let outside = base.join("outside");
+    for d in [
+        &home,
+        &workspace,
+        &outside,
+        &home.join(".ssh"),
+        &home.join(".aws"),
+        &workspace.join(".git/hooks"),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(home.join(".ssh/id_rsa"), SECRET).unwrap();
+    std::fs::write(home.join(".aws/credentials"), SECRET).unwrap();
+    std::fs::write(home.join(".netrc"), SECRET).unwrap();
+    std::fs::write(workspace.join(".git/config"), "[core]\n").unwrap();
+    std::fs::create_dir_all(workspace.join(".anvil")).unwrap();
+    std::fs::write(workspace.join(".anvil/config.toml"), "").unwrap();
+    Box_ {
+        _root: root,
+        home,
+        workspace,
+        outside,
+    }
+}
+
+async fn run(b: &Box_, policy: SandboxPolicy, command: &str) -> String {
+    let sandbox = Arc::new(Sandbox::new(policy, &b.workspace).with_home(&b.home));
+    let env = ChildEnv::default().with_base(vec![
+        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".into(), b.home.display().to_string()),
+        (
+            "ANTHROPIC_API_KEY".into(),
+            "sk-ant-should-not-leak-123".into(),
+        ),
+    ]);
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(Bash::new(env, sandbox))).unwrap();
+    let ctx = ToolContext::new(&b.workspace);
+    match r
+        .dispatch(
+            "id",
+            "bash",
+            &json!({"command": command, "timeout_ms": 20000}),
+            &ctx,
+        )
+        .await
+    {
+        ContentBlock::ToolResult { content, .. } => content,
+        other => panic!("{other:?}"),
+    }
+}
+
+const OFF: SandboxPolicy = SandboxPolicy::WorkspaceWrite { network: false };
+
+#[tokio::test]
+async fn writes_land_in_the_workspace_and_nowhere_else() {
+    let b = setup();
+    let out = run(
+        &b,
+        OFF,
+        &format!(
+            "touch ok; touch {}/escape; touch ~/escape; touch /tmp/x",
+            b.outside.display()
+        ),
+    )
+    .await;
+    assert!(b.workspace.join("ok").exists(), "{out}");
+    assert!(!b.outside.join("escape").exists());
+    assert!(!b.home.join("escape").exists());
+}
+
+#[tokio::test]
+async fn credentials_under_home_cannot_be_read_or_copied() {
+    let b = setup();
+    let out = run(
+        &b,
+        OFF,
+        "cat ~/.ssh/id_rsa ~/.aws/credentials ~/.netrc; cp ~/.ssh/id_rsa stolen 2>&1; ls -la ~/.ssh",
+    )
+    .await;
+    assert!(!out.contains(SECRET), "{out}");
+    let stolen = std::fs::read_to_string(b.workspace.join("stolen")).unwrap_or_default();
+    assert!(!stolen.contains(SECRET));
+}
+
+#[tokio::test]
+async fn symlinks_and_hard_links_do_not_get_around_the_policy() {
+    let b = setup();
+    std::fs::write(b.outside.join("target.txt"), "original").unwrap();
+    run(
+        &b,
+        OFF,
+        &format!(
+            "ln -s {o} link && touch link/through-link; ln {o}/target.txt hard 2>&1; echo changed > hard; ln -s ~/.ssh sshlink && cat sshlink/id_rsa",
+            o = b.outside.display()
+        ),
+    )
+    .await;
+    assert!(!b.outside.join("through-link").exists());
+    assert_eq!(
+        std::fs::read_to_string(b.outside.join("target.txt")).unwrap(),
+        "original"
+    );
+}
+
+#[tokio::test]
+async fn git_metadata_and_anvil_config_are_read_only() {
+    let b = setup();
+    let out = run(
+        &b,
+        OFF,
+        "echo '[core] fsmonitor = evil' >> .git/config; echo evil > .git/hooks/pre-commit; echo x > .anvil/config.toml; rm -rf .git",
+    )
+    .await;
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(b.workspace.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert!(!b.workspace.join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(b.workspace.join(".anvil/config.toml")).unwrap(),
+        ""
+    );
+}
+
+#[tokio::test]
+async fn the_network_is_off_unless_allowed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let b = setup();
+    let probe = format!(
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=2)\" && echo REACHED || echo BLOCKED; (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo TCP-REACHED || echo TCP-BLOCKED"
+    );
+    let out = run(&b, OFF, &probe).await;
+    assert!(
+        out.contains("BLOCKED") && out.contains("TCP-BLOCKED") && !out.contains("REACHED\n"),
+        "{out}"
+    );
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        listener.accept().is_err(),
+        "a connection reached the host listener"
+    );
+    // With network allowed, the same probe gets through: the test can tell the difference.
+    let out = run(&b, SandboxPolicy::WorkspaceWrite { network: true }, &probe).await;
+    assert!(out.contains("REACHED"), "{out}");
+}
+
+#[tokio::test]
+async fn credentials_are_not_in_the_environment() {
+    let b = setup();
+    let out = run(&b, OFF, "env").await;
+    assert!(
+        !out.contains("sk-ant-should-not-leak-123") && !out.contains("ANTHROPIC_API_KEY"),
+        "{out}"
+    );
+}
+
+fn marked_alive(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+                return false;
+            };
+            let zombie = std::fs::read_to_string(e.path().join("stat"))
+                .map(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
+                .unwrap_or(true);
+            String::from_utf8_lossy(&cmdline).contains(marker) && !zombie
+        })
+}
+
+#[tokio::test]
+async fn a_background_job_does_not_survive_the_call() {
+    let b = setup();
+    run(
+        &b,
+        OFF,
+        "(exec -a anvil-escape-bg sleep 1000) > /dev/null 2>&1 & echo started",
+    )
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while marked_alive("anvil-escape-bg") && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !marked_alive("anvil-escape-bg"),
+        "a background job outlived its sandboxed call"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_sandbox_fails_closed_and_runs_nothing() {
+    let b = setup();
+    let sandbox = Arc::new(Sandbox::new(OFF, &b.workspace).with_bwrap(None));
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(Bash::new(ChildEnv::default(), sandbox)))
+        .unwrap();
+    let ctx = ToolContext::new(&b.workspace);
+    let out = match r
+        .dispatch("id", "bash", &json!({"command": "touch ran"}), &ctx)
+        .await
+    {
+        ContentBlock::ToolResult {
+            content, is_error, ..
+        } => {
+            assert!(is_error);
+            content
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        out.contains("apt-get install bubblewrap") && out.contains("--sandbox full-access"),
+        "{out}"
+    );
+    assert!(!Path::new(&b.workspace.join("ran")).exists());
+    // A bubblewrap that does not work is refused the same way.
+    let broken = Arc::new(Sandbox::new(OFF, &b.workspace).with_bwrap(Some("/bin/false".into())));
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(Bash::new(ChildEnv::default(), broken)))
+        .unwrap();
+    match r
+        .dispatch("id", "bash", &json!({"command": "touch ran"}), &ctx)
+        .await
+    {
+        ContentBlock::ToolResult {
+            content, is_error, ..
+        } => {
+            assert!(
+                is_error && content.contains("the sandbox is unavailable"),
+                "{content}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!b.workspace.join("ran").exists());
+}
