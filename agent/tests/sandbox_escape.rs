@@ -283,3 +283,32 @@ async fn a_missing_sandbox_fails_closed_and_runs_nothing() {
     }
     assert!(!b.workspace.join("ran").exists());
 }
+
+#[tokio::test]
+async fn a_host_unix_socket_cannot_be_reached() {
+    // A listener on the host, on a Unix socket the sandbox can see (outside /tmp).
+    let b = setup();
+    let path = b.outside.join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let out = run(
+        &b,
+        OFF,
+        &format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}'); print('UNIX-REACHED')\" 2>&1 || echo UNIX-BLOCKED",
+            path.display()
+        ),
+    )
+    .await;
+    assert!(
+        out.contains("UNIX-BLOCKED") && !out.contains("UNIX-REACHED"),
+        "{out}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "a connection reached the host's Unix socket"
+    );
+    // Pipes between the command's own processes still work.
+    let out = run(&b, OFF, "echo through-a-pipe | cat").await;
+    assert!(out.contains("through-a-pipe"), "{out}");
+}

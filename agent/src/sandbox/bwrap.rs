@@ -95,6 +95,9 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
             a.extend(["--ro-bind".into(), "/dev/null".into(), shown]);
         }
     }
+    if let Some(fd) = mounts.seccomp_fd {
+        a.extend(["--seccomp".into(), fd.to_string()]);
+    }
     a.extend(["--chdir".into(), cwd.display().to_string(), "--".into()]);
     a
 }

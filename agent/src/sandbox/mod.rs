@@ -5,6 +5,7 @@
 //! Linux backend: bubblewrap (see [`bwrap`]).
 
 pub mod bwrap;
+pub mod seccomp;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,8 @@ pub struct Mounts {
     pub protected: Vec<PathBuf>,
     /// Hidden: directories get an empty tmpfs, files an empty read-only file.
     pub masked: Vec<PathBuf>,
+    /// An inherited fd holding a seccomp program for bubblewrap to load.
+    pub seccomp_fd: Option<i32>,
 }
 
 /// Credential stores under HOME that sandboxed code must not read.
@@ -134,13 +137,14 @@ impl Sandbox {
         m
     }
 
-    /// `spec` confined by the policy, or why it cannot be.
+    /// `spec` confined by the policy, or why it cannot be. The returned guard (the seccomp
+    /// filter's file, when there is one) must live until the process has started.
     pub fn wrap(
         &self,
         spec: crate::process::ProcessSpec,
-    ) -> Result<crate::process::ProcessSpec, SandboxError> {
+    ) -> Result<(crate::process::ProcessSpec, Option<std::fs::File>), SandboxError> {
         if self.policy == SandboxPolicy::FullAccess {
-            return Ok(spec);
+            return Ok((spec, None));
         }
         let Some(bwrap) = &self.bwrap else {
             return Err(SandboxError::Missing);
@@ -148,6 +152,14 @@ impl Sandbox {
         self.probe
             .get_or_init(|| bwrap::works(bwrap).map_err(SandboxError::Broken))
             .clone()?;
-        Ok(bwrap::wrap(bwrap, spec, self.policy, &self.mounts()))
+        let network = matches!(self.policy, SandboxPolicy::WorkspaceWrite { network: true });
+        let filter = if network {
+            None
+        } else {
+            Some(seccomp::inheritable_file().map_err(SandboxError::Broken)?)
+        };
+        let mut mounts = self.mounts();
+        mounts.seccomp_fd = filter.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        Ok((bwrap::wrap(bwrap, spec, self.policy, &mounts), filter))
     }
 }

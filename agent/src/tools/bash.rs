@@ -76,13 +76,14 @@ impl TypedTool for Bash {
             .timeout(Duration::from_millis(timeout_ms))
             .capture(CAPTURE_BYTES, CAPTURE_BYTES);
         // Fail closed: a sandbox that cannot run means the command does not run.
-        let spec = self
+        let (spec, filter) = self
             .sandbox
             .wrap(spec)
             .map_err(|e| ToolError::Failed(e.to_string()))?;
         let out = process::run(&spec, &ctx.cancel)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
+        drop(filter);
         let streams = format_streams(&out.stdout.text(), &out.stderr.text());
         match out.termination {
             Termination::Exited(code) => Ok(format!("Exit code: {code}\n{streams}")),

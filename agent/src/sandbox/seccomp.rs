@@ -1,0 +1,101 @@
+//! The seccomp filter for sandboxes without network. A network namespace alone still lets code
+//! reach host daemons over filesystem Unix sockets (Postgres, Docker, the session bus — verified
+//! on this machine), so the filter refuses, with EPERM:
+//! - `socket` for any family but AF_UNIX (no IP, netlink, packet sockets);
+//! - `connect`, `bind` and `listen` (no talking to a host daemon's socket, no servers);
+//! - io_uring, which can issue those operations without the syscalls above.
+//!
+//! `socketpair` stays allowed: pipes between processes of the command keep working.
+
+use std::collections::BTreeMap;
+use std::io::{Seek, Write};
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+fn arch() -> Result<TargetArch, String> {
+    match std::env::consts::ARCH {
+        "x86_64" => Ok(TargetArch::x86_64),
+        "aarch64" => Ok(TargetArch::aarch64),
+        "riscv64" => Ok(TargetArch::riscv64),
+        other => Err(format!("no seccomp filter for the {other} architecture")),
+    }
+}
+
+/// The compiled filter (see the module docs).
+pub fn no_network_program() -> Result<BpfProgram, String> {
+    let fail = |e: seccompiler::BackendError| format!("cannot build the seccomp filter: {e}");
+    let not_unix = SeccompRule::new(vec![
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )
+        .map_err(fail)?,
+    ])
+    .map_err(fail)?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    rules.insert(libc::SYS_socket, vec![not_unix]);
+    for always in [
+        libc::SYS_connect,
+        libc::SYS_bind,
+        libc::SYS_listen,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+    ] {
+        rules.insert(always, Vec::new());
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch()?,
+    )
+    .map_err(fail)?;
+    BpfProgram::try_from(filter).map_err(fail)
+}
+
+/// The program as the bytes bubblewrap's `--seccomp FD` reads (struct sock_filter, native
+/// endianness).
+pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    for insn in program {
+        out.extend_from_slice(&insn.code.to_ne_bytes());
+        out.push(insn.jt);
+        out.push(insn.jf);
+        out.extend_from_slice(&insn.k.to_ne_bytes());
+    }
+    out
+}
+
+/// A file holding the filter, at offset 0 and inheritable by a child process (the fd is passed
+/// to bubblewrap by number). Keep it open until the child has started.
+pub fn inheritable_file() -> Result<std::fs::File, String> {
+    let bytes = to_bytes(&no_network_program()?);
+    let io = |e: std::io::Error| format!("cannot write the seccomp filter: {e}");
+    let mut file = tempfile::tempfile().map_err(io)?;
+    file.write_all(&bytes).map_err(io)?;
+    file.rewind().map_err(io)?;
+    nix::fcntl::fcntl(
+        &file,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .map_err(|e| format!("cannot pass the seccomp filter to the sandbox: {e}"))?;
+    Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_filter_compiles_to_whole_instructions() {
+        let program = no_network_program().unwrap();
+        assert!(program.len() > 8);
+        assert_eq!(to_bytes(&program).len(), program.len() * 8);
+    }
+}
