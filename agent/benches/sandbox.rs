@@ -28,7 +28,7 @@ fn main() {
         .args(["-c", "true"])
         .env(vec![("PATH".into(), path)]);
     let sandbox = Sandbox::new(SandboxPolicy::WorkspaceWrite { network: false }, &ws);
-    let mut measure = |sandboxed: bool| {
+    let measure = |sandboxed: bool| {
         let mut times = Vec::with_capacity(RUNS);
         for _ in 0..RUNS {
             let t = Instant::now();
