@@ -22,7 +22,9 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::approval::{ApprovalDecision, ApprovalRequest, Approver};
 use crate::event::{AgentEvent, EventSink, TurnOutcome};
+use crate::permissions::{Decision, Policy};
 use crate::registry::ToolRegistry;
 use crate::tool::ToolContext;
 
@@ -74,6 +76,8 @@ pub struct Agent {
     max_steps: u32,
     cwd: PathBuf,
     events: EventSink,
+    /// Judges every call before it runs; `None` runs every call (tests and trusted callers).
+    permissions: Option<(Policy, Arc<dyn Approver>)>,
 }
 
 enum Step {
@@ -107,7 +111,20 @@ impl Agent {
             max_steps: cfg.max_steps,
             cwd: cwd.into(),
             events,
+            permissions: None,
         }
+    }
+
+    /// Judges every tool call by `policy` before it runs; `approver` answers the ones that
+    /// need approval.
+    pub fn with_permissions(mut self, policy: Policy, approver: Arc<dyn Approver>) -> Self {
+        self.permissions = Some((policy, approver));
+        self
+    }
+
+    /// The session's policy (with the rules "always" answers added).
+    pub fn policy(&self) -> Option<&Policy> {
+        self.permissions.as_ref().map(|(p, _)| p)
     }
 
     /// The transcript.
@@ -353,8 +370,61 @@ impl Agent {
         Ok(())
     }
 
+    /// Whether a call may run: `None` if so, else the error result it gets instead. A call
+    /// that is not allowed never runs.
+    async fn gate(
+        &mut self,
+        id: &str,
+        name: &str,
+        args: &Value,
+        cancel: &CancellationToken,
+    ) -> Option<ContentBlock> {
+        let (policy, approver) = self.permissions.as_ref()?;
+        let tool = Arc::clone(self.tools.get(name)?);
+        let refused = |text: String| Some(ContentBlock::tool_result(id, text, true));
+        match policy.decide(tool.as_ref(), args) {
+            Decision::Allow => None,
+            Decision::Deny { reason } => refused(format!(
+                "Permission denied: {reason}. The call was not run."
+            )),
+            Decision::Ask { reason } => {
+                let request = ApprovalRequest {
+                    tool: name.to_string(),
+                    args: args.clone(),
+                    subject: tool.permission_subject(args),
+                    reason,
+                };
+                let approver = Arc::clone(approver);
+                let answer = tokio::select! {
+                    biased;
+                    _ = cancel.cancelled() => ApprovalDecision::Deny {
+                        feedback: Some("the turn was cancelled while waiting for approval".into()),
+                    },
+                    a = approver.approve(request) => a,
+                };
+                match answer {
+                    ApprovalDecision::Allow => None,
+                    ApprovalDecision::AllowAlways => {
+                        if let (Some((policy, _)), Some(rule)) = (
+                            self.permissions.as_mut(),
+                            Policy::always_rule(tool.as_ref(), args),
+                        ) {
+                            policy.session_allow.push(rule);
+                        }
+                        None
+                    }
+                    ApprovalDecision::Deny { feedback } => refused(match feedback {
+                        Some(f) => format!("Not run: the user declined this call. Feedback: {f}"),
+                        None => "Not run: the user declined this call.".into(),
+                    }),
+                }
+            }
+        }
+    }
+
     /// Runs a batch: concurrently when every call is read-only, else one by one in order (a
-    /// write followed by a read must observe the write). Results keep call order.
+    /// write followed by a read must observe the write). Results keep call order. Every call
+    /// is judged first; one that is not allowed gets an error result and never runs.
     async fn run_tools(
         &mut self,
         calls: &[(String, String, Value)],
@@ -371,20 +441,29 @@ impl Agent {
                 .is_some_and(|t| t.effects(args).is_read_only())
         });
         if read_only {
+            let mut refused = Vec::with_capacity(calls.len());
             for (id, name, args) in calls {
                 self.started(id, name, args).await;
+                refused.push(self.gate(id, name, args, cancel).await);
             }
             let tools = Arc::clone(&self.tools);
-            let results = futures::future::join_all(
-                calls
-                    .iter()
-                    .map(|(id, name, args)| tools.dispatch(id, name, args, &ctx)),
-            )
+            let ran = futures::future::join_all(calls.iter().zip(&refused).map(
+                |((id, name, args), refused)| {
+                    let tools = &tools;
+                    let ctx = &ctx;
+                    async move {
+                        match refused {
+                            Some(block) => block.clone(),
+                            None => tools.dispatch(id, name, args, ctx).await,
+                        }
+                    }
+                },
+            ))
             .await;
-            for ((_, name, _), result) in calls.iter().zip(&results) {
+            for ((_, name, _), result) in calls.iter().zip(&ran) {
                 self.finished(name, result).await;
             }
-            return results;
+            return ran;
         }
         let mut results = Vec::with_capacity(calls.len());
         for (id, name, args) in calls {
@@ -397,7 +476,10 @@ impl Agent {
                 continue;
             }
             self.started(id, name, args).await;
-            let result = self.tools.dispatch(id, name, args, &ctx).await;
+            let result = match self.gate(id, name, args, cancel).await {
+                Some(refused) => refused,
+                None => self.tools.dispatch(id, name, args, &ctx).await,
+            };
             self.finished(name, &result).await;
             results.push(result);
         }

@@ -8,10 +8,14 @@
 
 /// The agent loop.
 pub mod agent;
+/// Approvers: who answers when a call needs approval.
+pub mod approval;
 /// AgentEvent, TurnOutcome and the bounded event sink.
 pub mod event;
 /// What the native tools may read and write, and content-hash freshness.
 pub mod file_access;
+/// Permission rules, modes and decisions.
+pub mod permissions;
 /// The process supervisor: process groups, bounded capture, timeouts, cleanup.
 pub mod process;
 /// The system prompt: base instructions, environment, AGENTS.md discovery.

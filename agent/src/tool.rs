@@ -98,6 +98,11 @@ pub trait Tool: Send + Sync {
     /// What this call can do, judged from its arguments.
     fn effects(&self, args: &Value) -> Effects;
     fn cancellation(&self) -> Cancellation;
+    /// What permission rules judge this call by: the command for bash, the path for file
+    /// tools; `None` when rules can only name the tool.
+    fn permission_subject(&self, _args: &Value) -> Option<String> {
+        None
+    }
     /// Runs the call. `args` is a JSON object (dispatch checks that first).
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
 }
@@ -111,6 +116,10 @@ pub trait TypedTool: Send + Sync {
     const CANCELLATION: Cancellation;
 
     fn description(&self) -> &str;
+    /// See [`Tool::permission_subject`].
+    fn permission_subject(&self, _args: &Value) -> Option<String> {
+        None
+    }
     async fn run(&self, args: Self::Args, ctx: &ToolContext) -> Result<String, ToolError>;
 }
 
@@ -140,6 +149,10 @@ impl<T: TypedTool> Tool for T {
 
     fn cancellation(&self) -> Cancellation {
         T::CANCELLATION
+    }
+
+    fn permission_subject(&self, args: &Value) -> Option<String> {
+        TypedTool::permission_subject(self, args)
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {

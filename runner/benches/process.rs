@@ -128,7 +128,14 @@ fn main() {
     for repo in &repos {
         let t = Instant::now();
         let out = Command::new(ANVIL)
-            .args(["-p", "write hi to out.txt", "--output-format", "json"])
+            .args([
+                "-p",
+                "write hi to out.txt",
+                "--output-format",
+                "json",
+                "--permission-mode",
+                "accept-edits",
+            ])
             .current_dir(repo)
             .env("HOME", home.path())
             .env("XDG_CONFIG_HOME", home.path().join("cfg"))

@@ -88,7 +88,8 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SandboxMode::WorkspaceWrite)]
     pub sandbox: SandboxMode,
 
-    /// How tool calls are approved. Accepted now; enforced once permissions land.
+    /// Which tool calls run without approval. Headless, what needs approval is denied; the
+    /// interactive session does not ask yet and runs every call (inside the sandbox).
     #[arg(long, value_enum, default_value_t = PermissionMode::Default)]
     pub permission_mode: PermissionMode,
 }

@@ -38,6 +38,13 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         Ok(s) => s,
         Err(e) => return fail_setup(cli.output_format, &e.0, exit::CONFIG),
     };
+    // Nobody can answer an approval here: what --permission-mode does not allow is denied,
+    // and the model is told how to get it allowed.
+    let policy = setup::policy_for(&cli, &session.cwd);
+    session.agent = session.agent.with_permissions(
+        policy,
+        std::sync::Arc::new(anvil_agent::approval::HeadlessApprover),
+    );
     let cancel = CancellationToken::new();
     let ctrl_c = {
         let cancel = cancel.clone();

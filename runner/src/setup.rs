@@ -13,7 +13,7 @@ use anvil_llm::config::{Config, IgnoredKey, TrustStore};
 use anvil_llm::registry::{Registry, ResolvedModel};
 use sha2::{Digest, Sha256};
 
-use crate::cli::{Cli, SandboxMode};
+use crate::cli::{Cli, PermissionMode, SandboxMode};
 
 /// A session could not be set up; the message says what to change.
 #[derive(Debug)]
@@ -67,6 +67,18 @@ fn prompt_cache_key(cwd: &Path) -> String {
     let digest = Sha256::digest(cwd.as_os_str().as_encoded_bytes());
     let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
     format!("anvil-{hex}")
+}
+
+/// The permission policy for `--permission-mode` over `cwd`.
+pub fn policy_for(cli: &Cli, cwd: &Path) -> anvil_agent::permissions::Policy {
+    use anvil_agent::permissions::{PermissionMode as Mode, Policy};
+    let mode = match cli.permission_mode {
+        PermissionMode::Plan => Mode::Plan,
+        PermissionMode::Default => Mode::Default,
+        PermissionMode::AcceptEdits => Mode::AcceptEdits,
+        PermissionMode::Bypass => Mode::Bypass,
+    };
+    Policy::new(mode, cwd)
 }
 
 /// Loads config, resolves the model and builds the agent.

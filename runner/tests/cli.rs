@@ -153,7 +153,14 @@ async fn headless_json_edits_the_file_and_exits_0() {
     let m = machine(&server);
     let out = m
         .command()
-        .args(["-p", "make it say goodbye", "--output-format", "json"])
+        .args([
+            "-p",
+            "make it say goodbye",
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "accept-edits",
+        ])
         .output()
         .unwrap();
     assert_eq!(
@@ -223,6 +230,29 @@ async fn headless_text_prints_only_the_answer_and_reads_stdin() {
         .unwrap()
         .to_string();
     assert_eq!(sent, "review this\n\ndiff --git a/x b/x\n+new line");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn headless_denies_what_the_permission_mode_does_not_allow() {
+    let server = server(edit_script()).await;
+    let m = machine(&server);
+    let out = m
+        .command()
+        .args(["-p", "edit", "--output-format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    // The edit was refused (default mode asks; nobody can answer headless), the file is intact.
+    assert_eq!(
+        std::fs::read_to_string(m.repo.join("greet.txt")).unwrap(),
+        "hello world\n"
+    );
+    let requests = server.received_requests().await.unwrap();
+    let third: Value = serde_json::from_slice(&requests[2].body).unwrap();
+    assert!(
+        third.to_string().contains("--permission-mode accept-edits"),
+        "{third}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -329,7 +359,14 @@ async fn stream_json_ends_with_turn_finished_even_for_a_slow_reader() {
     let m = machine(&server);
     let mut child = m
         .command()
-        .args(["-p", "edit", "--output-format", "stream-json"])
+        .args([
+            "-p",
+            "edit",
+            "--output-format",
+            "stream-json",
+            "--permission-mode",
+            "accept-edits",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
@@ -423,7 +460,7 @@ async fn a_closed_stdout_pipe_cancels_the_turn_and_reaps_children() {
     let started = Instant::now();
     let mut child = m
         .command()
-        .args(["-p", "run it"])
+        .args(["-p", "run it", "--permission-mode", "bypass"])
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();

@@ -63,6 +63,12 @@ impl TypedTool for Bash {
          unless the user allowed it, and cannot see credentials or API keys."
     }
 
+    fn permission_subject(&self, args: &serde_json::Value) -> Option<String> {
+        args.get("command")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     async fn run(&self, args: BashArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let timeout_ms = args.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
         if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {

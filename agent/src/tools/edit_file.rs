@@ -55,6 +55,12 @@ impl TypedTool for EditFile {
          region with line numbers so you can check the result."
     }
 
+    fn permission_subject(&self, args: &serde_json::Value) -> Option<String> {
+        args.get("file_path")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     async fn run(&self, args: EditFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = FileAccess::resolve(&ctx.cwd, &args.file_path);
         let target = self.access.check_write(&path)?;

@@ -48,6 +48,12 @@ impl TypedTool for GlobTool {
          .gitignore, .git/ and target/ are skipped; at most 200 paths are listed."
     }
 
+    fn permission_subject(&self, args: &serde_json::Value) -> Option<String> {
+        args.get("path")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     async fn run(&self, args: GlobArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let root = FileAccess::resolve(&ctx.cwd, args.path.as_deref().unwrap_or("."));
         let root = self.access.check_read(&root)?;

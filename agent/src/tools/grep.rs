@@ -73,6 +73,12 @@ impl TypedTool for GrepTool {
          200 lines are shown."
     }
 
+    fn permission_subject(&self, args: &serde_json::Value) -> Option<String> {
+        args.get("path")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     async fn run(&self, args: GrepArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let regex = RegexBuilder::new(&args.pattern)
             .case_insensitive(args.case_insensitive.unwrap_or(false))

@@ -52,6 +52,12 @@ impl TypedTool for ReadFile {
          old_string."
     }
 
+    fn permission_subject(&self, args: &serde_json::Value) -> Option<String> {
+        args.get("file_path")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     async fn run(&self, args: ReadFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = FileAccess::resolve(&ctx.cwd, &args.file_path);
         let canonical = self.access.check_read(&path)?;

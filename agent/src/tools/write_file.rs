@@ -65,6 +65,12 @@ impl TypedTool for WriteFile {
          as it was. Paths outside the workspace, .git/ and anvil's config are refused."
     }
 
+    fn permission_subject(&self, args: &serde_json::Value) -> Option<String> {
+        args.get("file_path")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    }
+
     async fn run(&self, args: WriteFileArgs, ctx: &ToolContext) -> Result<String, ToolError> {
         let path = FileAccess::resolve(&ctx.cwd, &args.file_path);
         let target = self.access.check_write(&path)?;
