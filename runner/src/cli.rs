@@ -88,8 +88,8 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = SandboxMode::WorkspaceWrite)]
     pub sandbox: SandboxMode,
 
-    /// Which tool calls run without approval. Headless, what needs approval is denied; the
-    /// interactive session does not ask yet and runs every call (inside the sandbox).
+    /// Which tool calls run without approval. The interactive session asks about the rest;
+    /// headless, the rest is denied.
     #[arg(long, value_enum, default_value_t = PermissionMode::Default)]
     pub permission_mode: PermissionMode,
 }

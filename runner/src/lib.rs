@@ -2,6 +2,8 @@
 //! workspaces and workers of eval sweeps and `anvil auto` join it later.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// The interactive approval prompt.
+pub mod approve;
 /// The command line.
 pub mod cli;
 /// Exit codes, one per turn outcome.

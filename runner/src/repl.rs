@@ -9,6 +9,7 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use tokio_util::sync::CancellationToken;
 
+use crate::approve;
 use crate::cli::Cli;
 use crate::exit;
 use crate::render::{self, Style};
@@ -49,6 +50,12 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     let style = Style::detect();
+    let turn_token: approve::TurnToken = Default::default();
+    let policy = setup::policy_for(&cli, &session.cwd);
+    session.agent = session.agent.with_permissions(
+        policy,
+        std::sync::Arc::new(approve::InteractiveApprover::new(style, turn_token.clone())),
+    );
     let (done_tx, done_rx) = std::sync::mpsc::channel::<TurnOutcome>();
     rt.spawn(render::interactive(events, style, done_tx));
 
@@ -99,6 +106,9 @@ pub fn run(cli: Cli) -> i32 {
                     continue;
                 }
                 let cancel = CancellationToken::new();
+                if let Ok(mut t) = turn_token.lock() {
+                    *t = Some(cancel.clone());
+                }
                 rt.block_on(async {
                     let listener = {
                         let cancel = cancel.clone();

@@ -537,7 +537,12 @@ struct Tmux {
 
 impl Tmux {
     fn start(m: &Machine, width: u16) -> Tmux {
-        let session = format!("anvil-test-{}", std::process::id());
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let session = format!(
+            "anvil-test-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
         let env = format!(
             "env -i PATH='{}' HOME='{}' XDG_CONFIG_HOME='{}' XDG_DATA_HOME='{}' MOCK_API_KEY=sk-mock-key-123 TERM=xterm-256color",
             std::env::var("PATH").unwrap_or_default(),
@@ -623,6 +628,9 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
     tmux.wait_for("/help for commands");
     tmux.send(&["run the long thing", "Enter"]);
     tmux.wait_for("⏺ bash(command=echo started > started.txt; exec -a anvil-mark-tmux sleep 30)");
+    // Default mode asks before a command runs.
+    tmux.wait_for("[y]es  [a]lways  [n]o");
+    tmux.send(&["y", "Enter"]);
     wait_for_file(&m.repo.join("started.txt"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !marked_alive("anvil-mark-tmux") {
@@ -648,5 +656,57 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
     tmux.send(&["hi", "Enter"]);
     let screen = tmux.wait_for("Hello again!");
     assert!(screen.contains("cancelled"), "{screen}");
+    tmux.send(&["/exit", "Enter"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn declining_in_a_terminal_never_runs_the_call_and_the_model_gets_the_feedback() {
+    let server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "bash",
+            json!({"command": "touch should-not-exist"}),
+        ),
+        text_answer("Understood, not touching it."),
+    ])
+    .await;
+    let m = machine(&server);
+    let tmux = Tmux::start(&m, 120);
+    tmux.wait_for("/help for commands");
+    tmux.send(&["make the file", "Enter"]);
+    tmux.wait_for("[y]es  [a]lways  [n]o");
+    tmux.send(&["n", "Enter"]);
+    tmux.wait_for("feedback for the model");
+    tmux.send(&["use the Makefile instead", "Enter"]);
+    tmux.wait_for("Understood, not touching it.");
+    assert!(!m.repo.join("should-not-exist").exists());
+    let requests = server.received_requests().await.unwrap();
+    let second = String::from_utf8_lossy(&requests[1].body).into_owned();
+    assert!(second.contains("use the Makefile instead"), "{second}");
+    tmux.send(&["/exit", "Enter"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_at_the_approval_prompt_cancels_the_turn_cleanly() {
+    let server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "bash",
+            json!({"command": "touch should-not-exist"}),
+        ),
+        text_answer("Next answer."),
+    ])
+    .await;
+    let m = machine(&server);
+    let tmux = Tmux::start(&m, 120);
+    tmux.wait_for("/help for commands");
+    tmux.send(&["make the file", "Enter"]);
+    tmux.wait_for("[y]es  [a]lways  [n]o");
+    tmux.send(&["C-c"]);
+    tmux.wait_for("(cancelled)");
+    assert!(!m.repo.join("should-not-exist").exists());
+    // The session goes on.
+    tmux.send(&["hello", "Enter"]);
+    tmux.wait_for("Next answer.");
     tmux.send(&["/exit", "Enter"]);
 }

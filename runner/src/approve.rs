@@ -1,0 +1,91 @@
+//! The interactive approver: shows the call and why it needs approval, and reads
+//! `y` (allow once), `a` (always, for the rest of the session) or `n` (deny, with optional
+//! feedback for the model). Ctrl-C at the prompt cancels the whole turn; anything but an
+//! explicit yes denies.
+
+use std::sync::{Arc, Mutex};
+
+use anvil_agent::approval::{ApprovalDecision, ApprovalRequest, Approver};
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+use tokio_util::sync::CancellationToken;
+
+use crate::render::{Style, call_line};
+
+/// The running turn's token, so Ctrl-C at the prompt can cancel the turn.
+pub type TurnToken = Arc<Mutex<Option<CancellationToken>>>;
+
+pub struct InteractiveApprover {
+    style: Style,
+    turn: TurnToken,
+}
+
+impl InteractiveApprover {
+    pub fn new(style: Style, turn: TurnToken) -> Self {
+        Self { style, turn }
+    }
+}
+
+enum Answer {
+    Yes,
+    Always,
+    No(Option<String>),
+    Interrupted,
+}
+
+fn ask(request: &ApprovalRequest, style: Style) -> Answer {
+    eprintln!();
+    eprintln!(
+        "{}",
+        style.yellow(&format!(
+            "⏵ approve {}?",
+            call_line(&request.tool, &request.args)
+        ))
+    );
+    eprintln!("{}", style.dim(&format!("  {}", request.reason)));
+    let Ok(mut editor) = DefaultEditor::new() else {
+        return Answer::No(None);
+    };
+    loop {
+        match editor.readline("  [y]es  [a]lways  [n]o › ") {
+            Ok(line) => match line.trim().to_ascii_lowercase().as_str() {
+                "y" | "yes" => return Answer::Yes,
+                "a" | "always" => return Answer::Always,
+                "n" | "no" => {
+                    let feedback = editor
+                        .readline("  feedback for the model (Enter to skip) › ")
+                        .ok()
+                        .map(|f| f.trim().to_string())
+                        .filter(|f| !f.is_empty());
+                    return Answer::No(feedback);
+                }
+                _ => eprintln!("  answer y, a or n"),
+            },
+            Err(ReadlineError::Interrupted) => return Answer::Interrupted,
+            Err(_) => return Answer::No(None),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Approver for InteractiveApprover {
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
+        let style = self.style;
+        let answer = tokio::task::spawn_blocking(move || ask(&request, style))
+            .await
+            .unwrap_or(Answer::Interrupted);
+        match answer {
+            Answer::Yes => ApprovalDecision::Allow,
+            Answer::Always => ApprovalDecision::AllowAlways,
+            Answer::No(feedback) => ApprovalDecision::Deny { feedback },
+            Answer::Interrupted => {
+                if let Some(token) = self.turn.lock().ok().and_then(|t| t.clone()) {
+                    token.cancel();
+                }
+                ApprovalDecision::Deny {
+                    feedback: Some("the user cancelled the turn".into()),
+                }
+            }
+        }
+    }
+}
