@@ -35,7 +35,7 @@ fn main() {
             let (spec, guard) = if sandboxed {
                 sandbox.wrap(spec.clone()).unwrap_or_else(|e| panic!("{e}"))
             } else {
-                (spec.clone(), None)
+                (spec.clone(), Default::default())
             };
             let out = rt
                 .block_on(process::run(&spec, &CancellationToken::new()))

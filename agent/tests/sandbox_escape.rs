@@ -312,3 +312,27 @@ async fn a_host_unix_socket_cannot_be_reached() {
     let out = run(&b, OFF, "echo through-a-pipe | cat").await;
     assert!(out.contains("through-a-pipe"), "{out}");
 }
+
+#[tokio::test]
+async fn git_init_in_a_workspace_without_git_is_refused_and_leaves_nothing_behind() {
+    let b = setup();
+    std::fs::remove_dir_all(b.workspace.join(".git")).unwrap();
+    std::fs::remove_dir_all(b.workspace.join(".anvil")).unwrap();
+    let out = run(
+        &b,
+        OFF,
+        "git init -q . 2>&1; git config core.fsmonitor 'touch /tmp/pwned' 2>&1; mkdir -p .anvil/hooks 2>&1; echo done",
+    )
+    .await;
+    assert!(out.contains("done"), "{out}");
+    // Nothing was planted, and the reserved mount points are gone again.
+    assert!(!b.workspace.join(".git").exists(), "{out}");
+    assert!(!b.workspace.join(".anvil").exists(), "{out}");
+    // Normal work in the workspace still happens.
+    run(&b, OFF, "echo hi > note.txt").await;
+    assert_eq!(
+        std::fs::read_to_string(b.workspace.join("note.txt")).unwrap(),
+        "hi\n"
+    );
+    assert!(!b.workspace.join(".git").exists());
+}

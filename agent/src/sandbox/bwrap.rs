@@ -87,6 +87,10 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
         let p = p.display().to_string();
         a.extend(["--ro-bind".into(), p.clone(), p]);
     }
+    for p in &mounts.reserved {
+        let p = p.display().to_string();
+        a.extend(["--tmpfs".into(), p.clone(), "--remount-ro".into(), p]);
+    }
     for p in &mounts.masked {
         let shown = p.display().to_string();
         if p.is_dir() {

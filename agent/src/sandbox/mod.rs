@@ -31,8 +31,29 @@ pub struct Mounts {
     pub protected: Vec<PathBuf>,
     /// Hidden: directories get an empty tmpfs, files an empty read-only file.
     pub masked: Vec<PathBuf>,
+    /// Missing `.git`/`.anvil` inside a writable root, reserved as empty read-only mounts so
+    /// sandboxed code cannot create them (a planted `core.fsmonitor` would run on the host).
+    pub reserved: Vec<PathBuf>,
     /// An inherited fd holding a seccomp program for bubblewrap to load.
     pub seccomp_fd: Option<i32>,
+}
+
+/// What must live while a sandboxed process runs, and what is cleaned up after it: the seccomp
+/// filter's file, and the empty mount points created for reserved paths (so no artifact is
+/// left in the worktree).
+#[derive(Debug, Default)]
+pub struct SandboxGuard {
+    _filter: Option<std::fs::File>,
+    created: Vec<PathBuf>,
+}
+
+impl Drop for SandboxGuard {
+    fn drop(&mut self) {
+        for dir in &self.created {
+            // Only an empty directory is removed: anything else was not ours.
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
 }
 
 /// Credential stores under HOME that sandboxed code must not read.
@@ -119,8 +140,10 @@ impl Sandbox {
             m.writable.push(self.workspace.clone());
             for p in [".git", ".anvil"] {
                 let path = self.workspace.join(p);
-                if path.exists() {
+                if path.symlink_metadata().is_ok() {
                     m.protected.push(path);
+                } else {
+                    m.reserved.push(path);
                 }
             }
         } else if self.workspace.starts_with("/tmp") {
@@ -137,14 +160,14 @@ impl Sandbox {
         m
     }
 
-    /// `spec` confined by the policy, or why it cannot be. The returned guard (the seccomp
-    /// filter's file, when there is one) must live until the process has started.
+    /// `spec` confined by the policy, or why it cannot be. The guard must live until the
+    /// process has ended.
     pub fn wrap(
         &self,
         spec: crate::process::ProcessSpec,
-    ) -> Result<(crate::process::ProcessSpec, Option<std::fs::File>), SandboxError> {
+    ) -> Result<(crate::process::ProcessSpec, SandboxGuard), SandboxError> {
         if self.policy == SandboxPolicy::FullAccess {
-            return Ok((spec, None));
+            return Ok((spec, SandboxGuard::default()));
         }
         let Some(bwrap) = &self.bwrap else {
             return Err(SandboxError::Missing);
@@ -160,6 +183,11 @@ impl Sandbox {
         };
         let mut mounts = self.mounts();
         mounts.seccomp_fd = filter.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-        Ok((bwrap::wrap(bwrap, spec, self.policy, &mounts), filter))
+        let guard = SandboxGuard {
+            _filter: filter,
+            // bubblewrap creates these mount points in the (writable) workspace.
+            created: mounts.reserved.clone(),
+        };
+        Ok((bwrap::wrap(bwrap, spec, self.policy, &mounts), guard))
     }
 }

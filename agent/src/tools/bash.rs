@@ -82,14 +82,14 @@ impl TypedTool for Bash {
             .timeout(Duration::from_millis(timeout_ms))
             .capture(CAPTURE_BYTES, CAPTURE_BYTES);
         // Fail closed: a sandbox that cannot run means the command does not run.
-        let (spec, filter) = self
+        let (spec, guard) = self
             .sandbox
             .wrap(spec)
             .map_err(|e| ToolError::Failed(e.to_string()))?;
         let out = process::run(&spec, &ctx.cancel)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
-        drop(filter);
+        drop(guard);
         let streams = format_streams(&out.stdout.text(), &out.stderr.text());
         match out.termination {
             Termination::Exited(code) => Ok(format!("Exit code: {code}\n{streams}")),
