@@ -336,3 +336,37 @@ async fn git_init_in_a_workspace_without_git_is_refused_and_leaves_nothing_behin
     );
     assert!(!b.workspace.join(".git").exists());
 }
+
+#[tokio::test]
+async fn a_wrapper_that_exits_0_without_running_the_command_is_caught() {
+    let b = setup();
+    let fake = b.outside.join("fake-bwrap");
+    std::fs::write(&fake, "#!/bin/sh\nexit 0\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(
+        &mut std::fs::metadata(&fake).unwrap().permissions(),
+        0o755,
+    );
+    let mut perms = std::fs::metadata(&fake).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&fake, perms).unwrap();
+    let sandbox = Arc::new(Sandbox::new(OFF, &b.workspace).with_bwrap(Some(fake)));
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(Bash::new(ChildEnv::default(), sandbox)))
+        .unwrap();
+    let ctx = ToolContext::new(&b.workspace);
+    match r
+        .dispatch("id", "bash", &json!({"command": "touch ran"}), &ctx)
+        .await
+    {
+        ContentBlock::ToolResult {
+            content, is_error, ..
+        } => {
+            assert!(
+                is_error && content.contains("without running the command"),
+                "{content}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!b.workspace.join("ran").exists());
+}

@@ -15,28 +15,67 @@ pub fn find() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Whether bubblewrap actually works here (user namespaces may be disabled). A one-off probe.
-pub fn works(bwrap: &Path) -> Result<(), String> {
+/// What a failed probe's stderr means, and what to do about it.
+pub fn classify(stderr: &str) -> String {
+    let s = stderr.trim();
+    let hint = if s.contains("No permission to create new namespace")
+        || s.contains("Operation not permitted") && s.contains("namespace")
+        || s.contains("setting up uid map")
+    {
+        "unprivileged user namespaces are disabled (enable them: sysctl kernel.unprivileged_userns_clone=1, or on Ubuntu 24.04+ allow bwrap in AppArmor)"
+    } else if s.contains("Failed to make / slave") {
+        "the mount namespace could not be set up (running inside a container without CAP_SYS_ADMIN? run anvil on the host or give the container a user-namespace-capable runtime)"
+    } else if s.contains("RTM_NEWADDR") || s.contains("loopback") {
+        "the network namespace could not be set up (the loopback interface could not be configured)"
+    } else if s.contains("/proc") {
+        "/proc could not be mounted in the sandbox (a container that masks /proc? run with --privileged-free proc access or on the host)"
+    } else {
+        "bubblewrap failed"
+    };
+    if s.is_empty() {
+        hint.to_string()
+    } else {
+        format!("{hint}: {s}")
+    }
+}
+
+/// Whether bubblewrap works here with the arguments the session will use: a one-off probe that
+/// runs them on a command printing a marker, so a wrapper that exits 0 without running the
+/// command is caught too.
+pub fn works_with(bwrap: &Path, args: &[String]) -> Result<(), String> {
+    const MARKER: &str = "anvil-sandbox-probe-ok";
     let out = std::process::Command::new(bwrap)
-        .args([
-            "--ro-bind",
-            "/",
-            "/",
-            "--unshare-all",
-            "--new-session",
-            "--die-with-parent",
-            "true",
-        ])
+        .args(args)
+        .args(["/bin/sh", "-c", &format!("echo {MARKER}")])
         .output()
         .map_err(|e| format!("cannot run {}: {e}", bwrap.display()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "bubblewrap does not work here: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+    if !out.status.success() {
+        return Err(classify(&String::from_utf8_lossy(&out.stderr)));
     }
+    if !String::from_utf8_lossy(&out.stdout).contains(MARKER) {
+        return Err(format!(
+            "{} exited successfully without running the command: it is not a working bubblewrap",
+            bwrap.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether bubblewrap works here at all (user namespaces may be disabled).
+pub fn works(bwrap: &Path) -> Result<(), String> {
+    let args: Vec<String> = [
+        "--ro-bind",
+        "/",
+        "/",
+        "--unshare-all",
+        "--new-session",
+        "--die-with-parent",
+        "--",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    works_with(bwrap, &args)
 }
 
 /// The bwrap arguments for `policy`, ending with `--` (the command follows).
@@ -173,6 +212,17 @@ mod tests {
             .find("--ro-bind /dev/null /nonexistent-home/.netrc")
             .unwrap();
         assert!(rw < ro && ro < mask, "{joined}");
+        // Probe failures are classified into something a person can act on.
+        assert!(
+            classify("bwrap: No permission to create new namespace")
+                .contains("user namespaces are disabled")
+        );
+        assert!(
+            classify("bwrap: Failed to make / slave: Permission denied")
+                .contains("mount namespace")
+        );
+        assert!(classify("bwrap: loopback: Failed RTM_NEWADDR").contains("network namespace"));
+        assert!(classify("bwrap: Can't mount proc on /newroot/proc").contains("/proc"));
         // Read-only binds no writable roots.
         let a = args(SandboxPolicy::ReadOnly, &mounts, Path::new("/"));
         assert!(!a.contains(&"--bind".to_string()));

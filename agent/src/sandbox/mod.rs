@@ -172,8 +172,18 @@ impl Sandbox {
         let Some(bwrap) = &self.bwrap else {
             return Err(SandboxError::Missing);
         };
+        // The first call probes the session's own arguments (without the per-call seccomp fd).
         self.probe
-            .get_or_init(|| bwrap::works(bwrap).map_err(SandboxError::Broken))
+            .get_or_init(|| {
+                let mounts = self.mounts();
+                let args = bwrap::args(self.policy, &mounts, &self.workspace);
+                // The probe must not leave reserved mount points behind either.
+                let _cleanup = SandboxGuard {
+                    _filter: None,
+                    created: mounts.reserved,
+                };
+                bwrap::works_with(bwrap, &args).map_err(SandboxError::Broken)
+            })
             .clone()?;
         let network = matches!(self.policy, SandboxPolicy::WorkspaceWrite { network: true });
         let filter = if network {
