@@ -342,10 +342,6 @@ async fn a_wrapper_that_exits_0_without_running_the_command_is_caught() {
     let b = setup();
     let fake = b.outside.join("fake-bwrap");
     std::fs::write(&fake, "#!/bin/sh\nexit 0\n").unwrap();
-    std::os::unix::fs::PermissionsExt::set_mode(
-        &mut std::fs::metadata(&fake).unwrap().permissions(),
-        0o755,
-    );
     let mut perms = std::fs::metadata(&fake).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&fake, perms).unwrap();
