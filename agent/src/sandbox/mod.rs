@@ -2,9 +2,11 @@
 //! should be confined (the grader's check now; the bash tool, hooks, MCP servers and eval trials
 //! as they arrive) gets its [`ProcessSpec`](crate::process::ProcessSpec) wrapped here.
 //!
-//! Linux backend: bubblewrap (see [`bwrap`]).
+//! Linux backend: bubblewrap (see [`bwrap`]) plus a seccomp filter ([`seccomp`]). macOS:
+//! a Seatbelt profile ([`seatbelt`]), generated and golden-tested; not yet selected at run time.
 
 pub mod bwrap;
+pub mod seatbelt;
 pub mod seccomp;
 
 use std::path::PathBuf;
