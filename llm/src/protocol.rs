@@ -103,3 +103,44 @@ pub fn replay_chunks<'a>(
     }
     builder.finish()
 }
+
+/// Feeding SSE data payloads straight into a stream state, for the adapters' unit tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::StreamState;
+    use crate::builder::{Completion, MessageBuilder};
+    use crate::error::LlmError;
+    use crate::sse::SseEventRef;
+    use crate::stream::StreamEvent;
+
+    /// The events `state` produces for these `data:` payloads, end of body included.
+    pub(crate) fn events(
+        state: &mut dyn StreamState,
+        data: &[&str],
+    ) -> Result<Vec<StreamEvent>, LlmError> {
+        let mut out = Vec::new();
+        for d in data {
+            state.on_sse(
+                SseEventRef {
+                    event: None,
+                    data: d,
+                },
+                &mut out,
+            )?;
+        }
+        state.on_end(&mut out)?;
+        Ok(out)
+    }
+
+    /// Those events built into a completion.
+    pub(crate) fn complete(
+        state: &mut dyn StreamState,
+        data: &[&str],
+    ) -> Result<Completion, LlmError> {
+        let mut b = MessageBuilder::new();
+        for e in events(state, data)? {
+            b.push(&e)?;
+        }
+        b.finish()
+    }
+}

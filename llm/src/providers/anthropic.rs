@@ -614,13 +614,7 @@ mod tests {
     }
 
     fn feed(lines: &[&str]) -> Result<Vec<StreamEvent>, LlmError> {
-        let mut state = AnthropicStreamState::default();
-        let mut out = Vec::new();
-        for data in lines {
-            state.on_sse(SseEventRef { event: None, data }, &mut out)?;
-        }
-        state.on_end(&mut out)?;
-        Ok(out)
+        crate::protocol::test_support::events(&mut AnthropicStreamState::default(), lines)
     }
 
     #[test]

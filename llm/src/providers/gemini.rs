@@ -619,21 +619,10 @@ impl Provider for Gemini {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builder::MessageBuilder;
     use crate::protocol::Protocol;
 
     fn run(chunks: &[&str]) -> Result<crate::builder::Completion, LlmError> {
-        let mut state = GeminiStreamState::default();
-        let mut out = Vec::new();
-        for data in chunks {
-            state.on_sse(SseEventRef { event: None, data }, &mut out)?;
-        }
-        state.on_end(&mut out)?;
-        let mut b = MessageBuilder::new();
-        for e in &out {
-            b.push(e)?;
-        }
-        b.finish()
+        crate::protocol::test_support::complete(&mut GeminiStreamState::default(), chunks)
     }
 
     #[test]

@@ -638,12 +638,7 @@ mod tests {
     // ---- the quirks table, row by row ----
 
     fn run(chunks: &[&str]) -> Result<(Vec<StreamEvent>, crate::builder::Completion), LlmError> {
-        let mut state = ChatStreamState::default();
-        let mut out = Vec::new();
-        for data in chunks {
-            state.on_sse(SseEventRef { event: None, data }, &mut out)?;
-        }
-        state.on_end(&mut out)?;
+        let out = crate::protocol::test_support::events(&mut ChatStreamState::default(), chunks)?;
         let mut b = MessageBuilder::new();
         for e in &out {
             b.push(e)?;

@@ -466,21 +466,10 @@ impl Provider for OpenAiResponses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builder::MessageBuilder;
     use crate::protocol::Protocol;
 
     fn run(events: &[&str]) -> Result<crate::builder::Completion, LlmError> {
-        let mut state = ResponsesStreamState::default();
-        let mut out = Vec::new();
-        for data in events {
-            state.on_sse(SseEventRef { event: None, data }, &mut out)?;
-        }
-        state.on_end(&mut out)?;
-        let mut b = MessageBuilder::new();
-        for e in &out {
-            b.push(e)?;
-        }
-        b.finish()
+        crate::protocol::test_support::complete(&mut ResponsesStreamState::default(), events)
     }
 
     #[test]
