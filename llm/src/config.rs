@@ -129,6 +129,53 @@ pub struct ConfigFile {
     pub providers: BTreeMap<String, ProviderConfig>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, ModelConfig>,
+    /// Permission rules as written (`bash(cargo test:*)`); the agent parses and applies them.
+    #[serde(default, skip_serializing_if = "PermissionRules::is_empty")]
+    pub permissions: PermissionRules,
+}
+
+/// `[permissions]`: rule strings, judged by the agent. This crate only carries them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PermissionRules {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub ask: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+impl PermissionRules {
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.ask.is_empty() && self.deny.is_empty()
+    }
+}
+
+/// Which list a configured rule belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleKind {
+    Allow,
+    Ask,
+    Deny,
+}
+
+impl RuleKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleKind::Allow => "allow",
+            RuleKind::Ask => "ask",
+            RuleKind::Deny => "deny",
+        }
+    }
+}
+
+/// One permission rule from a config file, with where it came from (for error messages).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfiguredRule {
+    pub kind: RuleKind,
+    pub rule: String,
+    pub path: PathBuf,
 }
 
 impl ConfigFile {
@@ -164,7 +211,9 @@ impl ConfigFile {
 
     /// The digest of this file's trusted runtime keys: a trust grant covers exactly this.
     pub fn trusted_digest(&self) -> String {
-        let canonical = serde_json::to_string(&self.providers).unwrap_or_default();
+        // Endpoints, credentials and permission expansions (allow rules) need trust.
+        let canonical =
+            serde_json::to_string(&(&self.providers, &self.permissions.allow)).unwrap_or_default();
         hex(&Sha256::digest(canonical.as_bytes()))
     }
 }
@@ -212,6 +261,17 @@ pub struct Config {
     pub sources: BTreeMap<String, ConfigSource>,
     /// Project keys that were listed but not applied (untrusted endpoints and credentials).
     pub ignored: Vec<IgnoredKey>,
+    /// Permission rules: the user's, then the project's deny and ask rules (restrictions apply
+    /// untrusted) and, once the project is trusted, its allow rules.
+    pub permissions: Vec<ConfiguredRule>,
+}
+
+fn add_rules(out: &mut Vec<ConfiguredRule>, kind: RuleKind, rules: &[String], path: &Path) {
+    out.extend(rules.iter().map(|rule| ConfiguredRule {
+        kind,
+        rule: rule.clone(),
+        path: path.to_path_buf(),
+    }));
 }
 
 /// Which environment variable is approved for which origin when no config says otherwise.
@@ -230,6 +290,7 @@ impl Config {
             models: BTreeMap::new(),
             sources: BTreeMap::new(),
             ignored: Vec::new(),
+            permissions: Vec::new(),
         };
         let provider = |kind, env: Option<&str>, base: Option<&str>| ProviderConfig {
             kind,
@@ -332,6 +393,13 @@ impl Config {
                 c.sources
                     .insert(format!("providers.{name}"), source.clone());
             }
+            for (kind, rules) in [
+                (RuleKind::Deny, &file.permissions.deny),
+                (RuleKind::Ask, &file.permissions.ask),
+                (RuleKind::Allow, &file.permissions.allow),
+            ] {
+                add_rules(&mut c.permissions, kind, rules, &path);
+            }
             c.apply_instructions(file.default_model, file.models, &source);
         }
         if let Some((path, file)) = project {
@@ -362,6 +430,34 @@ impl Config {
                 c.providers.insert(name.clone(), p);
                 c.sources
                     .insert(format!("providers.{name}"), source.clone());
+            }
+            add_rules(
+                &mut c.permissions,
+                RuleKind::Deny,
+                &file.permissions.deny,
+                &path,
+            );
+            add_rules(
+                &mut c.permissions,
+                RuleKind::Ask,
+                &file.permissions.ask,
+                &path,
+            );
+            if project_trusted {
+                add_rules(
+                    &mut c.permissions,
+                    RuleKind::Allow,
+                    &file.permissions.allow,
+                    &path,
+                );
+            } else if !file.permissions.allow.is_empty() {
+                c.ignored.push(IgnoredKey {
+                    key: "permissions.allow".into(),
+                    path: path.clone(),
+                    reason:
+                        "allow rules in a project config widen permissions and need a trust grant"
+                            .into(),
+                });
             }
             c.apply_instructions(file.default_model, file.models, &source);
         }
@@ -650,6 +746,53 @@ model = "qwen3:8b"
         );
         let c = Config::merge(None, Some(("p.toml".into(), project)), true).unwrap();
         assert!(c.providers.contains_key("lab"));
+    }
+
+    #[test]
+    fn project_restrictions_apply_untrusted_but_its_allow_rules_need_trust() {
+        let user = file("[permissions]\nallow = [\"bash(cargo test:*)\"]\n");
+        let project = file(
+            "[permissions]\nallow = [\"bash\"]\ndeny = [\"bash(git push:*)\"]\nask = [\"edit_file(Cargo.toml)\"]\n",
+        );
+        let c = Config::merge(
+            Some(("u.toml".into(), user.clone())),
+            Some(("p.toml".into(), project.clone())),
+            false,
+        )
+        .unwrap();
+        let got: Vec<(RuleKind, &str, &str)> = c
+            .permissions
+            .iter()
+            .map(|r| (r.kind, r.rule.as_str(), r.path.to_str().unwrap()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (RuleKind::Allow, "bash(cargo test:*)", "u.toml"),
+                (RuleKind::Deny, "bash(git push:*)", "p.toml"),
+                (RuleKind::Ask, "edit_file(Cargo.toml)", "p.toml"),
+            ]
+        );
+        assert!(c.ignored.iter().any(|k| k.key == "permissions.allow"));
+        let trusted = Config::merge(
+            Some(("u.toml".into(), user)),
+            Some(("p.toml".into(), project.clone())),
+            true,
+        )
+        .unwrap();
+        assert!(
+            trusted
+                .permissions
+                .iter()
+                .any(|r| r.kind == RuleKind::Allow && r.rule == "bash")
+        );
+        // Changing the project's allow rules changes what was trusted.
+        let mut wider = project.clone();
+        wider.permissions.allow.push("edit_file".into());
+        assert_ne!(wider.trusted_digest(), project.trusted_digest());
+        let mut stricter = project.clone();
+        stricter.permissions.deny.push("bash(rm:*)".into());
+        assert_eq!(stricter.trusted_digest(), project.trusted_digest());
     }
 
     #[test]

@@ -40,7 +40,10 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
     };
     // Nobody can answer an approval here: what --permission-mode does not allow is denied,
     // and the model is told how to get it allowed.
-    let policy = setup::policy_for(&cli, &session.cwd);
+    let policy = match setup::policy_for(&cli, &session) {
+        Ok(p) => p,
+        Err(e) => return fail_setup(cli.output_format, &e.0, exit::CONFIG),
+    };
     session.agent = session.agent.with_permissions(
         policy,
         std::sync::Arc::new(anvil_agent::approval::HeadlessApprover),

@@ -51,7 +51,13 @@ pub fn run(cli: Cli) -> i32 {
     };
     let style = Style::detect();
     let turn_token: approve::TurnToken = Default::default();
-    let policy = setup::policy_for(&cli, &session.cwd);
+    let policy = match setup::policy_for(&cli, &session) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("anvil: {e}");
+            return exit::CONFIG;
+        }
+    };
     session.agent = session.agent.with_permissions(
         policy,
         std::sync::Arc::new(approve::InteractiveApprover::new(style, turn_token.clone())),

@@ -69,16 +69,36 @@ fn prompt_cache_key(cwd: &Path) -> String {
     format!("anvil-{hex}")
 }
 
-/// The permission policy for `--permission-mode` over `cwd`.
-pub fn policy_for(cli: &Cli, cwd: &Path) -> anvil_agent::permissions::Policy {
-    use anvil_agent::permissions::{PermissionMode as Mode, Policy};
+/// The permission policy: `--permission-mode` plus the rules of the config files. A rule that
+/// does not parse is a configuration error naming its file and list.
+pub fn policy_for(
+    cli: &Cli,
+    session: &Session,
+) -> Result<anvil_agent::permissions::Policy, SetupError> {
+    use anvil_agent::permissions::{PermissionMode as Mode, Policy, Rule};
+    use anvil_llm::config::RuleKind;
     let mode = match cli.permission_mode {
         PermissionMode::Plan => Mode::Plan,
         PermissionMode::Default => Mode::Default,
         PermissionMode::AcceptEdits => Mode::AcceptEdits,
         PermissionMode::Bypass => Mode::Bypass,
     };
-    Policy::new(mode, cwd)
+    let mut policy = Policy::new(mode, &session.cwd);
+    for configured in &session.registry.config().permissions {
+        let rule = Rule::parse(&configured.rule).map_err(|e| {
+            SetupError(format!(
+                "{}: permissions.{}: {e}",
+                configured.path.display(),
+                configured.kind.as_str()
+            ))
+        })?;
+        match configured.kind {
+            RuleKind::Allow => policy.allow.push(rule),
+            RuleKind::Ask => policy.ask.push(rule),
+            RuleKind::Deny => policy.deny.push(rule),
+        }
+    }
+    Ok(policy)
 }
 
 /// Loads config, resolves the model and builds the agent.

@@ -256,6 +256,51 @@ async fn headless_denies_what_the_permission_mode_does_not_allow() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn permission_rules_from_the_user_config_apply_and_bad_ones_are_config_errors() {
+    let server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "bash",
+            json!({"command": "echo hi > from-rule.txt"}),
+        ),
+        text_answer("done"),
+    ])
+    .await;
+    let m = machine(&server);
+    let config = m.home.path().join("cfg/anvil/config.toml");
+    let base = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("{base}\n[permissions]\nallow = [\"bash(echo:*)\"]\n"),
+    )
+    .unwrap();
+    // Default mode would ask (and headless deny); the allow rule lets it run.
+    let out = m.command().args(["-p", "say hi"]).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(m.repo.join("from-rule.txt")).unwrap(),
+        "hi\n"
+    );
+    std::fs::write(
+        &config,
+        format!("{base}\n[permissions]\ndeny = [\"bash(\"]\n"),
+    )
+    .unwrap();
+    let out = m.command().args(["-p", "say hi"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(6));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("config.toml: permissions.deny: invalid permission rule 'bash('"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn max_steps_1_on_a_tool_task_exits_2() {
     let server = server(edit_script()).await;
     let m = machine(&server);
