@@ -64,7 +64,12 @@ fn setup() -> Box_ {
 }
 
 async fn run(b: &Box_, policy: SandboxPolicy, command: &str) -> String {
-    let sandbox = Arc::new(Sandbox::new(policy, &b.workspace).with_home(&b.home));
+    let sandbox = Sandbox::new(policy, &b.workspace).with_home(&b.home);
+    run_in(b, sandbox, command).await.0
+}
+
+/// Runs `command` through the real bash tool under `sandbox`; the result text and is_error.
+async fn run_in(b: &Box_, sandbox: Sandbox, command: &str) -> (String, bool) {
     let env = ChildEnv::default().with_base(vec![
         ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
         ("HOME".into(), b.home.display().to_string()),
@@ -74,7 +79,8 @@ async fn run(b: &Box_, policy: SandboxPolicy, command: &str) -> String {
         ),
     ]);
     let mut r = ToolRegistry::new();
-    r.register(Arc::new(Bash::new(env, sandbox))).unwrap();
+    r.register(Arc::new(Bash::new(env, Arc::new(sandbox))))
+        .unwrap();
     let ctx = ToolContext::new(&b.workspace);
     match r
         .dispatch(
@@ -85,7 +91,9 @@ async fn run(b: &Box_, policy: SandboxPolicy, command: &str) -> String {
         )
         .await
     {
-        ContentBlock::ToolResult { content, .. } => content,
+        ContentBlock::ToolResult {
+            content, is_error, ..
+        } => (content, is_error),
         other => panic!("{other:?}"),
     }
 }
@@ -240,47 +248,25 @@ async fn a_background_job_does_not_survive_the_call() {
 #[tokio::test]
 async fn a_missing_sandbox_fails_closed_and_runs_nothing() {
     let b = setup();
-    let sandbox = Arc::new(Sandbox::new(OFF, &b.workspace).with_bwrap(None));
-    let mut r = ToolRegistry::new();
-    r.register(Arc::new(Bash::new(ChildEnv::default(), sandbox)))
-        .unwrap();
-    let ctx = ToolContext::new(&b.workspace);
-    let out = match r
-        .dispatch("id", "bash", &json!({"command": "touch ran"}), &ctx)
-        .await
-    {
-        ContentBlock::ToolResult {
-            content, is_error, ..
-        } => {
-            assert!(is_error);
-            content
-        }
-        other => panic!("{other:?}"),
-    };
+    let (out, is_error) = run_in(
+        &b,
+        Sandbox::new(OFF, &b.workspace).with_bwrap(None),
+        "touch ran",
+    )
+    .await;
+    assert!(is_error);
     assert!(
         out.contains("apt-get install bubblewrap") && out.contains("--sandbox full-access"),
         "{out}"
     );
     assert!(!Path::new(&b.workspace.join("ran")).exists());
     // A bubblewrap that does not work is refused the same way.
-    let broken = Arc::new(Sandbox::new(OFF, &b.workspace).with_bwrap(Some("/bin/false".into())));
-    let mut r = ToolRegistry::new();
-    r.register(Arc::new(Bash::new(ChildEnv::default(), broken)))
-        .unwrap();
-    match r
-        .dispatch("id", "bash", &json!({"command": "touch ran"}), &ctx)
-        .await
-    {
-        ContentBlock::ToolResult {
-            content, is_error, ..
-        } => {
-            assert!(
-                is_error && content.contains("the sandbox is unavailable"),
-                "{content}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let broken = Sandbox::new(OFF, &b.workspace).with_bwrap(Some("/bin/false".into()));
+    let (out, is_error) = run_in(&b, broken, "touch ran").await;
+    assert!(
+        is_error && out.contains("the sandbox is unavailable"),
+        "{out}"
+    );
     assert!(!b.workspace.join("ran").exists());
 }
 
@@ -345,24 +331,11 @@ async fn a_wrapper_that_exits_0_without_running_the_command_is_caught() {
     let mut perms = std::fs::metadata(&fake).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&fake, perms).unwrap();
-    let sandbox = Arc::new(Sandbox::new(OFF, &b.workspace).with_bwrap(Some(fake)));
-    let mut r = ToolRegistry::new();
-    r.register(Arc::new(Bash::new(ChildEnv::default(), sandbox)))
-        .unwrap();
-    let ctx = ToolContext::new(&b.workspace);
-    match r
-        .dispatch("id", "bash", &json!({"command": "touch ran"}), &ctx)
-        .await
-    {
-        ContentBlock::ToolResult {
-            content, is_error, ..
-        } => {
-            assert!(
-                is_error && content.contains("without running the command"),
-                "{content}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    let sandbox = Sandbox::new(OFF, &b.workspace).with_bwrap(Some(fake));
+    let (out, is_error) = run_in(&b, sandbox, "touch ran").await;
+    assert!(
+        is_error && out.contains("without running the command"),
+        "{out}"
+    );
     assert!(!b.workspace.join("ran").exists());
 }

@@ -704,15 +704,16 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
     tmux.send(&["/exit", "Enter"]);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn declining_in_a_terminal_never_runs_the_call_and_the_model_gets_the_feedback() {
+/// An interactive session in tmux whose model asks to run `touch should-not-exist`, then
+/// answers `next`; returns once the approval prompt is on screen.
+async fn at_the_approval_prompt(next: &str) -> (MockServer, Machine, Tmux) {
     let server = server(vec![
         tool_answer(
             "toolu_1",
             "bash",
             json!({"command": "touch should-not-exist"}),
         ),
-        text_answer("Understood, not touching it."),
+        text_answer(next),
     ])
     .await;
     let m = machine(&server);
@@ -720,6 +721,12 @@ async fn declining_in_a_terminal_never_runs_the_call_and_the_model_gets_the_feed
     tmux.wait_for("/help for commands");
     tmux.send(&["make the file", "Enter"]);
     tmux.wait_for("[y]es  [a]lways  [n]o");
+    (server, m, tmux)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn declining_in_a_terminal_never_runs_the_call_and_the_model_gets_the_feedback() {
+    let (server, m, tmux) = at_the_approval_prompt("Understood, not touching it.").await;
     tmux.send(&["n", "Enter"]);
     tmux.wait_for("feedback for the model");
     tmux.send(&["use the Makefile instead", "Enter"]);
@@ -733,20 +740,7 @@ async fn declining_in_a_terminal_never_runs_the_call_and_the_model_gets_the_feed
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_at_the_approval_prompt_cancels_the_turn_cleanly() {
-    let server = server(vec![
-        tool_answer(
-            "toolu_1",
-            "bash",
-            json!({"command": "touch should-not-exist"}),
-        ),
-        text_answer("Next answer."),
-    ])
-    .await;
-    let m = machine(&server);
-    let tmux = Tmux::start(&m, 120);
-    tmux.wait_for("/help for commands");
-    tmux.send(&["make the file", "Enter"]);
-    tmux.wait_for("[y]es  [a]lways  [n]o");
+    let (_server, m, tmux) = at_the_approval_prompt("Next answer.").await;
     tmux.send(&["C-c"]);
     tmux.wait_for("(cancelled)");
     assert!(!m.repo.join("should-not-exist").exists());
