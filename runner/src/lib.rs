@@ -12,9 +12,13 @@ pub mod exit;
 pub mod headless;
 /// Log output to a file, never to the terminal.
 pub mod logging;
+/// The durable job queue of eval sweeps (SQLite or Postgres, through apalis).
+pub mod queue;
 /// The interactive renderer.
 pub mod render;
 /// The interactive session.
 pub mod repl;
 /// Building a session: workspace, config, model, tools, prompt.
 pub mod setup;
+/// The worker: runs queued trials to recorded results.
+pub mod worker;

@@ -1,0 +1,147 @@
+//! Opening the queue database and bringing its schema up to date: apalis's tables (its own
+//! migrations, in `_sqlx_migrations`) and anvil's (`migrations/`, in `_anvil_migrations`).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+use super::{QueueError, QueueLocation};
+
+/// anvil's migrations keep their own ledger so they never collide with apalis's.
+const ANVIL_MIGRATIONS_TABLE: &str = "_anvil_migrations";
+
+/// An open queue database.
+#[derive(Debug, Clone)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs the same statement on whichever pool `$db` holds (the SQL must be portable: `$N`
+/// parameters, `ON CONFLICT`, integers as i64).
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::queue::Db::Sqlite($pool) => $body,
+            $crate::queue::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+fn anvil_migrator(postgres: bool) -> Migrator {
+    let mut m = if postgres {
+        sqlx::migrate!("../migrations/postgres")
+    } else {
+        sqlx::migrate!("../migrations/sqlite")
+    };
+    m.dangerous_set_table_name(ANVIL_MIGRATIONS_TABLE);
+    m
+}
+
+impl Db {
+    /// Connects (creating a SQLite file and its directory when missing) and migrates.
+    pub async fn open(location: &QueueLocation, max_connections: u32) -> Result<Db, QueueError> {
+        let open_err = |reason: String| QueueError::Open {
+            location: location.to_string(),
+            reason,
+        };
+        match location {
+            QueueLocation::Sqlite(path) => {
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    std::fs::create_dir_all(dir)
+                        .map_err(|e| open_err(format!("cannot create {}: {e}", dir.display())))?;
+                }
+                // Pragmas on the connect options, so that every pooled connection has them
+                // (apalis's setup() would set them on whichever one connection it gets).
+                let options = SqliteConnectOptions::from_str("sqlite://")
+                    .map_err(|e| open_err(e.to_string()))?
+                    .filename(path)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(30))
+                    .foreign_keys(false);
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(max_connections.max(2))
+                    .connect_with(options)
+                    .await
+                    .map_err(|e| open_err(e.to_string()))?;
+                let db = Db::Sqlite(pool);
+                db.migrate().await?;
+                Ok(db)
+            }
+            QueueLocation::Postgres(url) => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(max_connections.max(2))
+                    .acquire_timeout(Duration::from_secs(30))
+                    .connect(url)
+                    .await
+                    .map_err(|e| {
+                        open_err(format!(
+                            "{e} (is the server running, and does the database exist? create it with `createdb`)"
+                        ))
+                    })?;
+                let db = Db::Postgres(pool);
+                db.migrate().await?;
+                Ok(db)
+            }
+        }
+    }
+
+    async fn migrate(&self) -> Result<(), QueueError> {
+        // Two processes opening a fresh SQLite file at once can race on its first migration;
+        // the loser finds the schema in place on its second try.
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.migrate_once().await {
+                Ok(()) => return Ok(()),
+                Err(e) if tries < 3 && matches!(self, Db::Sqlite(_)) => {
+                    tracing::debug!("migration retry after: {e}");
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn migrate_once(&self) -> Result<(), QueueError> {
+        let migrate_err = |what: &str, e: String| QueueError::Migrate {
+            what: what.to_string(),
+            reason: e,
+        };
+        match self {
+            Db::Sqlite(pool) => {
+                apalis_sqlite::SqliteStorage::migrations()
+                    .run(pool)
+                    .await
+                    .map_err(|e| migrate_err("apalis", e.to_string()))?;
+                anvil_migrator(false)
+                    .run(pool)
+                    .await
+                    .map_err(|e| migrate_err("anvil", e.to_string()))?;
+            }
+            Db::Postgres(pool) => {
+                apalis_postgres::PostgresStorage::migrations()
+                    .run(pool)
+                    .await
+                    .map_err(|e| migrate_err("apalis", e.to_string()))?;
+                anvil_migrator(true)
+                    .run(pool)
+                    .await
+                    .map_err(|e| migrate_err("anvil", e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        on_pool!(self, pool => pool.close().await)
+    }
+}

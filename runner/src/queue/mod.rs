@@ -1,0 +1,59 @@
+//! The durable job queue of eval sweeps.
+//!
+//! apalis carries the jobs (delivery, locking, attempts, worker heartbeats and orphan recovery)
+//! in its own tables; anvil keeps what a sweep means beside them, in tables of its own
+//! (`migrations/`): the sweep and its digests, one row per trial holding its state and, once
+//! finished, its trial record, and the workers with their heartbeats. Both live in one database:
+//! a SQLite file by default, or Postgres when workers span machines.
+//!
+//! Delivery is at least once; results are exactly once: the trial row is keyed by
+//! (sweep, task, model, trial) and every write to it is fenced by the attempt number, so a
+//! worker that lost its job (and was presumed dead) cannot overwrite a newer attempt's result.
+
+mod db;
+pub(crate) mod job;
+mod location;
+mod store;
+pub mod testing;
+
+pub use db::Db;
+pub(crate) use db::on_pool;
+pub use job::{QUEUE_NAME, TrialJob, enqueue};
+pub use location::{DEFAULT_FILE, QueueLocation};
+pub use store::{
+    Counts, RunningTrial, SweepRow, SweepStart, TrialKey, TrialState, WorkerRow, now_ms,
+};
+
+/// What went wrong with the queue, said for the person who must act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("--queue '{given}': {reason}")]
+    Location { given: String, reason: String },
+    #[error("cannot open the queue at {location}: {reason}")]
+    Open { location: String, reason: String },
+    #[error("cannot bring the {what} tables of the queue up to date: {reason}")]
+    Migrate { what: String, reason: String },
+    #[error("queue database: {context}: {source}")]
+    Sql {
+        context: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    #[error("sweep {id}: {reason}")]
+    Sweep { id: String, reason: String },
+    #[error("trial {key}, attempt {attempt}: {reason} (will be retried)")]
+    Retry {
+        key: String,
+        attempt: u32,
+        reason: String,
+    },
+    #[error("enqueueing sweep {sweep}: {reason}")]
+    Enqueue { sweep: String, reason: String },
+}
+
+impl QueueError {
+    pub(crate) fn sql(context: impl Into<String>) -> impl FnOnce(sqlx::Error) -> QueueError {
+        let context = context.into();
+        move |source| QueueError::Sql { context, source }
+    }
+}

@@ -1,0 +1,489 @@
+//! anvil's own tables: sweeps, trials (state and result), workers. One portable SQL text per
+//! statement, run on SQLite or Postgres alike.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Db, QueueError, on_pool};
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One trial of a sweep: the unique key of its result.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TrialKey {
+    pub sweep: String,
+    pub task: String,
+    pub model: String,
+    pub trial: u32,
+}
+
+impl fmt::Display for TrialKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}#{}",
+            self.sweep, self.task, self.model, self.trial
+        )
+    }
+}
+
+/// Where a trial is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TrialState {
+    Queued,
+    Running,
+    /// Failed for an infrastructure reason; waiting for its next attempt.
+    Retrying,
+    /// Graded (pass or fail): the model's result.
+    Done,
+    /// Could not be completed within the retry limit.
+    InfraError,
+    Cancelled,
+}
+
+impl TrialState {
+    pub const ALL: [TrialState; 6] = [
+        TrialState::Queued,
+        TrialState::Running,
+        TrialState::Retrying,
+        TrialState::Done,
+        TrialState::InfraError,
+        TrialState::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrialState::Queued => "queued",
+            TrialState::Running => "running",
+            TrialState::Retrying => "retrying",
+            TrialState::Done => "done",
+            TrialState::InfraError => "infra_error",
+            TrialState::Cancelled => "cancelled",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|state| state.as_str() == s)
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TrialState::Done | TrialState::InfraError | TrialState::Cancelled
+        )
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepRow {
+    pub id: String,
+    pub created_at_ms: i64,
+    /// The sweep spec, as JSON.
+    pub spec: String,
+    pub fingerprint: String,
+    pub anvil_git_sha: String,
+    pub cancelled: bool,
+}
+
+/// What recording a sweep found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepStart {
+    Created,
+    /// The sweep existed with the same fingerprint.
+    Resumed,
+    /// The sweep existed with another fingerprint; here is the stored row.
+    Conflict(SweepRow),
+}
+
+/// How many trials of a sweep are in each state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub by_state: BTreeMap<TrialState, u64>,
+    /// Finished trials that passed.
+    pub passed: u64,
+}
+
+impl Counts {
+    pub fn get(&self, state: TrialState) -> u64 {
+        self.by_state.get(&state).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u64 {
+        self.by_state.values().sum()
+    }
+
+    pub fn finished(&self) -> u64 {
+        self.by_state
+            .iter()
+            .filter(|(s, _)| s.is_terminal())
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunningTrial {
+    pub key: TrialKey,
+    pub attempt: u32,
+    pub worker: Option<String>,
+    pub started_at_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerRow {
+    pub name: String,
+    pub host: String,
+    pub pid: i64,
+    pub started_at_ms: i64,
+    pub last_heartbeat_ms: i64,
+    pub stopped: bool,
+}
+
+type KeyRow = (String, String, String, i64);
+/// sweep, task, model, trial, attempt, worker, started_at_ms
+type RunningRow = (
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    Option<String>,
+    Option<i64>,
+);
+
+fn key_of(row: KeyRow) -> TrialKey {
+    TrialKey {
+        sweep: row.0,
+        task: row.1,
+        model: row.2,
+        trial: row.3.max(0) as u32,
+    }
+}
+
+impl Db {
+    /// Records a sweep, or finds it already recorded (see [`SweepStart`]).
+    pub async fn record_sweep(&self, row: &SweepRow) -> Result<SweepStart, QueueError> {
+        const SQL: &str = "INSERT INTO anvil_sweeps (id, created_at_ms, spec, fingerprint, anvil_git_sha, cancelled) \
+             VALUES ($1, $2, $3, $4, $5, 0) ON CONFLICT (id) DO NOTHING";
+        let inserted = on_pool!(self, pool => sqlx::query(SQL)
+            .bind(&row.id)
+            .bind(row.created_at_ms)
+            .bind(&row.spec)
+            .bind(&row.fingerprint)
+            .bind(&row.anvil_git_sha)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map_err(QueueError::sql("recording the sweep"))?;
+        if inserted == 1 {
+            return Ok(SweepStart::Created);
+        }
+        let stored = self
+            .sweep(&row.id)
+            .await?
+            .ok_or_else(|| QueueError::Sweep {
+                id: row.id.clone(),
+                reason: "vanished while being recorded".into(),
+            })?;
+        if stored.fingerprint == row.fingerprint {
+            Ok(SweepStart::Resumed)
+        } else {
+            Ok(SweepStart::Conflict(stored))
+        }
+    }
+
+    pub async fn sweep(&self, id: &str) -> Result<Option<SweepRow>, QueueError> {
+        const SQL: &str = "SELECT id, created_at_ms, spec, fingerprint, anvil_git_sha, cancelled \
+             FROM anvil_sweeps WHERE id = $1";
+        let row: Option<(String, i64, String, String, String, i64)> =
+            on_pool!(self, pool => sqlx::query_as(SQL).bind(id).fetch_optional(pool).await)
+                .map_err(QueueError::sql(format!("reading sweep {id}")))?;
+        Ok(row.map(|r| SweepRow {
+            id: r.0,
+            created_at_ms: r.1,
+            spec: r.2,
+            fingerprint: r.3,
+            anvil_git_sha: r.4,
+            cancelled: r.5 != 0,
+        }))
+    }
+
+    /// Every sweep id, newest first.
+    pub async fn sweeps(&self) -> Result<Vec<(String, i64, bool)>, QueueError> {
+        const SQL: &str =
+            "SELECT id, created_at_ms, cancelled FROM anvil_sweeps ORDER BY created_at_ms DESC";
+        let rows: Vec<(String, i64, i64)> =
+            on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await)
+                .map_err(QueueError::sql("listing sweeps"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, at, c)| (id, at, c != 0))
+            .collect())
+    }
+
+    /// Adds trial rows that are not there yet (one transaction).
+    pub async fn add_trials(&self, keys: &[TrialKey]) -> Result<(), QueueError> {
+        const SQL: &str = "INSERT INTO anvil_trials (sweep, task, model, trial, state, attempt) \
+             VALUES ($1, $2, $3, $4, 'queued', 0) ON CONFLICT (sweep, task, model, trial) DO NOTHING";
+        on_pool!(self, pool => {
+            let mut tx = pool.begin().await.map_err(QueueError::sql("adding trials"))?;
+            for key in keys {
+                sqlx::query(SQL)
+                    .bind(&key.sweep)
+                    .bind(&key.task)
+                    .bind(&key.model)
+                    .bind(i64::from(key.trial))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(QueueError::sql(format!("adding trial {key}")))?;
+            }
+            tx.commit().await.map_err(QueueError::sql("adding trials"))
+        })
+    }
+
+    /// Trials of `sweep` that have not finished.
+    pub async fn unfinished_trials(&self, sweep: &str) -> Result<Vec<TrialKey>, QueueError> {
+        const SQL: &str = "SELECT sweep, task, model, trial FROM anvil_trials \
+             WHERE sweep = $1 AND state IN ('queued', 'running', 'retrying') ORDER BY task, model, trial";
+        let rows: Vec<KeyRow> =
+            on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
+                .map_err(QueueError::sql(format!("listing trials of {sweep}")))?;
+        Ok(rows.into_iter().map(key_of).collect())
+    }
+
+    /// The state and attempt of one trial.
+    pub async fn trial_state(
+        &self,
+        key: &TrialKey,
+    ) -> Result<Option<(TrialState, u32)>, QueueError> {
+        const SQL: &str = "SELECT state, attempt FROM anvil_trials \
+             WHERE sweep = $1 AND task = $2 AND model = $3 AND trial = $4";
+        let row: Option<(String, i64)> = on_pool!(self, pool => sqlx::query_as(SQL)
+            .bind(&key.sweep)
+            .bind(&key.task)
+            .bind(&key.model)
+            .bind(i64::from(key.trial))
+            .fetch_optional(pool)
+            .await)
+        .map_err(QueueError::sql(format!("reading trial {key}")))?;
+        Ok(row.and_then(|(s, a)| TrialState::parse(&s).map(|s| (s, a.max(0) as u32))))
+    }
+
+    /// Takes a trial for `attempt`: only from an unfinished state and only forward (a newer
+    /// attempt may take it from an older one, never the reverse). False when it was not taken.
+    pub async fn claim(
+        &self,
+        key: &TrialKey,
+        attempt: u32,
+        worker: &str,
+    ) -> Result<bool, QueueError> {
+        const SQL: &str = "UPDATE anvil_trials SET state = 'running', attempt = $5, worker = $6, \
+             started_at_ms = $7, finished_at_ms = NULL \
+             WHERE sweep = $1 AND task = $2 AND model = $3 AND trial = $4 \
+             AND state IN ('queued', 'running', 'retrying') AND attempt < $5";
+        let n = on_pool!(self, pool => sqlx::query(SQL)
+            .bind(&key.sweep)
+            .bind(&key.task)
+            .bind(&key.model)
+            .bind(i64::from(key.trial))
+            .bind(i64::from(attempt))
+            .bind(worker)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map_err(QueueError::sql(format!("claiming trial {key}")))?;
+        Ok(n == 1)
+    }
+
+    /// Writes the outcome of `attempt`: the result row is upserted under its unique key, and
+    /// only if no newer attempt has claimed the trial since. False when fenced off.
+    pub async fn finish(
+        &self,
+        key: &TrialKey,
+        attempt: u32,
+        state: TrialState,
+        record: Option<&str>,
+        error: Option<&str>,
+    ) -> Result<bool, QueueError> {
+        const SQL: &str = "INSERT INTO anvil_trials \
+             (sweep, task, model, trial, state, attempt, finished_at_ms, last_error, record) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (sweep, task, model, trial) DO UPDATE SET \
+             state = excluded.state, attempt = excluded.attempt, finished_at_ms = excluded.finished_at_ms, \
+             last_error = excluded.last_error, record = COALESCE(excluded.record, anvil_trials.record) \
+             WHERE anvil_trials.attempt <= excluded.attempt \
+             AND anvil_trials.state NOT IN ('done', 'infra_error', 'cancelled')";
+        let n = on_pool!(self, pool => sqlx::query(SQL)
+            .bind(&key.sweep)
+            .bind(&key.task)
+            .bind(&key.model)
+            .bind(i64::from(key.trial))
+            .bind(state.as_str())
+            .bind(i64::from(attempt))
+            .bind(now_ms())
+            .bind(error)
+            .bind(record)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))
+        .map_err(QueueError::sql(format!(
+            "recording the result of trial {key}"
+        )))?;
+        Ok(n == 1)
+    }
+
+    /// Marks every unfinished trial of `sweep` cancelled and the sweep itself, so that workers
+    /// skip its queued jobs and end its running ones. Returns how many trials it stopped.
+    pub async fn cancel_sweep(&self, sweep: &str) -> Result<u64, QueueError> {
+        const MARK: &str = "UPDATE anvil_sweeps SET cancelled = 1 WHERE id = $1";
+        const TRIALS: &str = "UPDATE anvil_trials SET state = 'cancelled', finished_at_ms = $2 \
+             WHERE sweep = $1 AND state IN ('queued', 'running', 'retrying')";
+        let found = on_pool!(self, pool => sqlx::query(MARK).bind(sweep).execute(pool).await
+            .map(|r| r.rows_affected()))
+        .map_err(QueueError::sql(format!("cancelling {sweep}")))?;
+        if found == 0 {
+            return Err(QueueError::Sweep {
+                id: sweep.into(),
+                reason: "no such sweep in this queue (see `anvil-evals status`)".into(),
+            });
+        }
+        on_pool!(self, pool => sqlx::query(TRIALS).bind(sweep).bind(now_ms()).execute(pool).await
+            .map(|r| r.rows_affected()))
+        .map_err(QueueError::sql(format!("cancelling the trials of {sweep}")))
+    }
+
+    pub async fn is_cancelled(&self, sweep: &str) -> Result<bool, QueueError> {
+        Ok(self.sweep(sweep).await?.is_some_and(|s| s.cancelled))
+    }
+
+    pub async fn counts(&self, sweep: &str) -> Result<Counts, QueueError> {
+        const SQL: &str = "SELECT state, COUNT(*), \
+             SUM(CASE WHEN record LIKE '%\"pass\":true%' THEN 1 ELSE 0 END) \
+             FROM anvil_trials WHERE sweep = $1 GROUP BY state";
+        let rows: Vec<(String, i64, Option<i64>)> =
+            on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
+                .map_err(QueueError::sql(format!("counting trials of {sweep}")))?;
+        let mut counts = Counts::default();
+        for (state, n, passed) in rows {
+            if let Some(state) = TrialState::parse(&state) {
+                counts.by_state.insert(state, n.max(0) as u64);
+            }
+            counts.passed += passed.unwrap_or(0).max(0) as u64;
+        }
+        Ok(counts)
+    }
+
+    /// The trial records of a sweep (finished trials: graded or infra errors), in key order.
+    pub async fn records(&self, sweep: &str) -> Result<Vec<String>, QueueError> {
+        const SQL: &str = "SELECT record FROM anvil_trials \
+             WHERE sweep = $1 AND state IN ('done', 'infra_error') AND record IS NOT NULL \
+             ORDER BY task, model, trial";
+        let rows: Vec<(String,)> =
+            on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
+                .map_err(QueueError::sql(format!("reading the results of {sweep}")))?;
+        Ok(rows.into_iter().map(|(r,)| r).collect())
+    }
+
+    /// Trials being run now, in `sweep` or in every sweep.
+    pub async fn running(&self, sweep: Option<&str>) -> Result<Vec<RunningTrial>, QueueError> {
+        const SQL: &str = "SELECT sweep, task, model, trial, attempt, worker, started_at_ms \
+             FROM anvil_trials WHERE state = 'running' AND ($1 IS NULL OR sweep = $1) \
+             ORDER BY started_at_ms";
+        let rows: Vec<RunningRow> =
+            on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
+                .map_err(QueueError::sql("listing running trials"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| RunningTrial {
+                key: key_of((r.0, r.1, r.2, r.3)),
+                attempt: r.4.max(0) as u32,
+                worker: r.5,
+                started_at_ms: r.6,
+            })
+            .collect())
+    }
+
+    pub async fn register_worker(&self, w: &WorkerRow) -> Result<(), QueueError> {
+        const SQL: &str = "INSERT INTO anvil_workers (name, host, pid, started_at_ms, last_heartbeat_ms, stopped) \
+             VALUES ($1, $2, $3, $4, $5, 0) ON CONFLICT (name) DO UPDATE SET \
+             last_heartbeat_ms = excluded.last_heartbeat_ms, stopped = 0";
+        on_pool!(self, pool => sqlx::query(SQL)
+            .bind(&w.name)
+            .bind(&w.host)
+            .bind(w.pid)
+            .bind(w.started_at_ms)
+            .bind(w.last_heartbeat_ms)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(QueueError::sql(format!("registering worker {}", w.name)))
+    }
+
+    pub async fn worker_heartbeat(&self, name: &str, stopped: bool) -> Result<(), QueueError> {
+        const SQL: &str =
+            "UPDATE anvil_workers SET last_heartbeat_ms = $2, stopped = $3 WHERE name = $1";
+        on_pool!(self, pool => sqlx::query(SQL)
+            .bind(name)
+            .bind(now_ms())
+            .bind(i64::from(stopped))
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(QueueError::sql(format!("heartbeat of worker {name}")))
+    }
+
+    /// Workers seen since `since_ms`, most recent first.
+    pub async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerRow>, QueueError> {
+        const SQL: &str = "SELECT name, host, pid, started_at_ms, last_heartbeat_ms, stopped \
+             FROM anvil_workers WHERE last_heartbeat_ms >= $1 ORDER BY last_heartbeat_ms DESC";
+        let rows: Vec<(String, String, i64, i64, i64, i64)> =
+            on_pool!(self, pool => sqlx::query_as(SQL).bind(since_ms).fetch_all(pool).await)
+                .map_err(QueueError::sql("listing workers"))?;
+        Ok(rows
+            .into_iter()
+            .map(|r| WorkerRow {
+                name: r.0,
+                host: r.1,
+                pid: r.2,
+                started_at_ms: r.3,
+                last_heartbeat_ms: r.4,
+                stopped: r.5 != 0,
+            })
+            .collect())
+    }
+
+    /// Jobs waiting in the queue (apalis's tables): pending, or failed with attempts left.
+    pub async fn queue_depth(&self) -> Result<u64, QueueError> {
+        let n: i64 =
+            match self {
+                Db::Sqlite(pool) => {
+                    sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM Jobs WHERE job_type = $1 AND (status = 'Pending' \
+                 OR (status = 'Failed' AND attempts < max_attempts))",
+                    )
+                    .bind(super::QUEUE_NAME)
+                    .fetch_one(pool)
+                    .await
+                }
+                Db::Postgres(pool) => sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM apalis.jobs WHERE job_type = $1 AND (status = 'Pending' \
+                 OR (status = 'Failed' AND attempts < max_attempts))",
+                )
+                .bind(super::QUEUE_NAME)
+                .fetch_one(pool)
+                .await,
+            }
+            .map_err(QueueError::sql("measuring the queue"))?;
+        Ok(n.max(0) as u64)
+    }
+}

@@ -1,0 +1,360 @@
+//! The worker: pulls trial jobs from the queue and runs each to a recorded result.
+//!
+//! apalis delivers jobs (locking, attempts, orphan recovery when a worker's heartbeat lapses);
+//! this module decides what a delivery means:
+//!
+//! - a job whose sweep was cancelled, or whose trial already finished, is acknowledged without
+//!   running (deliveries are at least once);
+//! - the trial row is claimed for this attempt (fenced: never from a newer attempt);
+//! - a retry waits out an exponential backoff first;
+//! - the trial runs under a per-trial timeout, so a hung handler ends, and a watcher ends it
+//!   early when its sweep is cancelled;
+//! - a graded result is final; an infrastructure failure returns an error that apalis retries
+//!   until the job's attempt limit, after which it is recorded as `infra_error`. That is the
+//!   only retry layer.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apalis::prelude::{
+    Attempt, BackendExt, BoxDynError, Data, Monitor, WorkerBuilder, WorkerBuilderExt,
+};
+use apalis_postgres::PostgresStorage;
+use apalis_sqlite::SqliteStorage;
+use tokio_util::sync::CancellationToken;
+
+use crate::queue::{Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms};
+
+/// How one run of a trial ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrialEnd {
+    /// Graded (pass or fail), or a model failure: final. The trial record as JSON.
+    Graded(String),
+    /// The infrastructure failed; retried while attempts remain. `record` is the trial record
+    /// (with `infra_error` set) written if this was the last attempt.
+    Infra { reason: String, record: String },
+    /// The sweep was cancelled while the trial ran.
+    Cancelled,
+}
+
+/// What runs a trial. The real one runs the agent and the grader; benchmarks and tests use
+/// others.
+#[async_trait::async_trait]
+pub trait TrialHandler: Send + Sync + 'static {
+    /// Runs the trial. `cancel` fires when its sweep is cancelled.
+    async fn run(&self, job: &TrialJob, attempt: u32, cancel: CancellationToken) -> TrialEnd;
+    /// The longest a trial may take, everything included, before it is ended as an
+    /// infrastructure failure.
+    fn time_budget(&self, job: &TrialJob) -> Duration;
+    /// The record of a trial that could not be completed for `reason`, written without running
+    /// it (its attempts are used up).
+    fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> String;
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// Trials run at once by this process.
+    pub concurrency: usize,
+    /// How often the worker tells the queue it is alive. A worker silent for
+    /// `heartbeat × missed_heartbeats` is presumed dead and its trials go to others.
+    pub heartbeat: Duration,
+    pub missed_heartbeats: usize,
+    /// How often an idle worker looks for new jobs.
+    pub poll_interval: Duration,
+    /// Overrides the handler's per-trial time budget.
+    pub trial_timeout: Option<Duration>,
+    /// The wait before the second attempt; doubled for each later one, at most `backoff_max`.
+    pub backoff: Duration,
+    pub backoff_max: Duration,
+    /// How often a running trial checks whether its sweep was cancelled.
+    pub cancel_poll: Duration,
+}
+
+impl Default for WorkerOptions {
+    fn default() -> Self {
+        Self {
+            concurrency: 1,
+            heartbeat: Duration::from_secs(5),
+            missed_heartbeats: 3,
+            poll_interval: Duration::from_millis(200),
+            trial_timeout: None,
+            backoff: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(300),
+            cancel_poll: Duration::from_secs(1),
+        }
+    }
+}
+
+impl WorkerOptions {
+    /// The wait before `attempt` (1-based; the first attempt does not wait).
+    pub fn backoff_before(&self, attempt: u32) -> Duration {
+        if attempt <= 1 {
+            return Duration::ZERO;
+        }
+        let doublings = (attempt - 2).min(20);
+        self.backoff
+            .saturating_mul(1u32 << doublings)
+            .min(self.backoff_max)
+    }
+}
+
+/// A unique worker name: host, pid and a random suffix (two workers never share one, so the
+/// queue can tell a dead one from a live one).
+pub fn worker_name() -> String {
+    let host = host_name();
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{host}-{}-{}", std::process::id(), &suffix[..8])
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("worker {name}: {reason}")]
+    Run { name: String, reason: String },
+}
+
+struct Shared {
+    db: Db,
+    handler: Arc<dyn TrialHandler>,
+    options: WorkerOptions,
+    name: String,
+}
+
+impl Shared {
+    async fn process(&self, job: TrialJob, attempt: u32) -> Result<(), QueueError> {
+        let key = job.key();
+        if self.db.is_cancelled(&job.sweep).await? {
+            self.db
+                .finish(&key, attempt, TrialState::Cancelled, None, None)
+                .await?;
+            return Ok(());
+        }
+        match self.db.trial_state(&key).await? {
+            Some((state, _)) if state.is_terminal() => return Ok(()),
+            None => {
+                tracing::warn!("job for unknown trial {key}: acknowledged without running");
+                return Ok(());
+            }
+            Some(_) => {}
+        }
+        if attempt > job.max_attempts {
+            // Only a lost worker gets a job past its limit (apalis re-queues orphans with one
+            // more attempt without looking at the limit).
+            let reason = format!(
+                "lost worker: attempt {attempt} of {} did not finish",
+                job.max_attempts
+            );
+            let record = self.handler.infra_record(&job, attempt, &reason);
+            self.db
+                .finish(
+                    &key,
+                    attempt,
+                    TrialState::InfraError,
+                    Some(&record),
+                    Some(&reason),
+                )
+                .await?;
+            return Ok(());
+        }
+        let wait = self.options.backoff_before(attempt);
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+        if !self.db.claim(&key, attempt, &self.name).await? {
+            tracing::info!("{key}: attempt {attempt} superseded by a newer one");
+            return Ok(());
+        }
+        let budget = self
+            .options
+            .trial_timeout
+            .unwrap_or_else(|| self.handler.time_budget(&job));
+        let cancel = CancellationToken::new();
+        let watcher = tokio::spawn(watch_cancel(
+            self.db.clone(),
+            job.sweep.clone(),
+            cancel.clone(),
+            self.options.cancel_poll,
+        ));
+        let end = tokio::time::timeout(budget, self.handler.run(&job, attempt, cancel)).await;
+        watcher.abort();
+        let end = end.unwrap_or_else(|_| {
+            let reason = format!(
+                "the trial ran past its time budget of {}s and was ended",
+                budget.as_secs_f64()
+            );
+            TrialEnd::Infra {
+                record: self.handler.infra_record(&job, attempt, &reason),
+                reason,
+            }
+        });
+        let written = match &end {
+            TrialEnd::Graded(record) => {
+                self.db
+                    .finish(&key, attempt, TrialState::Done, Some(record), None)
+                    .await?
+            }
+            TrialEnd::Cancelled => {
+                self.db
+                    .finish(&key, attempt, TrialState::Cancelled, None, None)
+                    .await?
+            }
+            TrialEnd::Infra { reason, record } if attempt >= job.max_attempts => {
+                self.db
+                    .finish(
+                        &key,
+                        attempt,
+                        TrialState::InfraError,
+                        Some(record),
+                        Some(reason),
+                    )
+                    .await?
+            }
+            TrialEnd::Infra { reason, .. } => {
+                let written = self
+                    .db
+                    .finish(&key, attempt, TrialState::Retrying, None, Some(reason))
+                    .await?;
+                if written {
+                    return Err(QueueError::Retry {
+                        key: key.to_string(),
+                        attempt,
+                        reason: reason.clone(),
+                    });
+                }
+                false
+            }
+        };
+        if !written {
+            tracing::info!("{key}: result of attempt {attempt} discarded: a newer attempt owns it");
+        }
+        Ok(())
+    }
+}
+
+async fn watch_cancel(db: Db, sweep: String, cancel: CancellationToken, every: Duration) {
+    loop {
+        tokio::time::sleep(every).await;
+        if db.is_cancelled(&sweep).await.unwrap_or(false) {
+            cancel.cancel();
+            return;
+        }
+    }
+}
+
+async fn handle(
+    job: TrialJob,
+    attempt: Attempt,
+    shared: Data<Arc<Shared>>,
+) -> Result<(), BoxDynError> {
+    // apalis counts attempts from 0 in storage and 1 once a delivery is running.
+    let attempt = attempt.current().max(1) as u32;
+    shared
+        .process(job, attempt)
+        .await
+        .map_err(|e| Box::new(e) as BoxDynError)
+}
+
+/// Runs a worker process's workers until `shutdown` fires. Registers the process in
+/// `anvil_workers` and keeps its heartbeat there for `anvil-evals status`.
+pub async fn run(
+    db: Db,
+    handler: Arc<dyn TrialHandler>,
+    options: WorkerOptions,
+    shutdown: CancellationToken,
+) -> Result<(), WorkerError> {
+    let name = worker_name();
+    let started = now_ms();
+    db.register_worker(&WorkerRow {
+        name: name.clone(),
+        host: host_name(),
+        pid: i64::from(std::process::id()),
+        started_at_ms: started,
+        last_heartbeat_ms: started,
+        stopped: false,
+    })
+    .await?;
+    let beat = {
+        let db = db.clone();
+        let name = name.clone();
+        let every = options.heartbeat;
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                if let Err(e) = db.worker_heartbeat(&name, false).await {
+                    tracing::warn!("worker heartbeat: {e}");
+                }
+            }
+        })
+    };
+    let shared = Arc::new(Shared {
+        db: db.clone(),
+        handler,
+        options: options.clone(),
+        name: name.clone(),
+    });
+    let concurrency = options.concurrency.max(1);
+    let monitor = match &db {
+        Db::Sqlite(pool) => {
+            let pool = pool.clone();
+            let name = name.clone();
+            Monitor::new().register(move |_restarts| {
+                let config = crate::queue::job::sqlite_config()
+                    .batch_size(concurrency)
+                    .heartbeat_interval(options.heartbeat)
+                    .missed_heartbeats(options.missed_heartbeats);
+                let backend = SqliteStorage::<TrialJob>::new(&pool)
+                    .with_config(config)
+                    .poll_with_interval(options.poll_interval);
+                WorkerBuilder::new(name.as_str())
+                    .backend(backend)
+                    .concurrency(concurrency)
+                    .data(shared.clone())
+                    .build(handle)
+            })
+        }
+        Db::Postgres(pool) => {
+            let pool = pool.clone();
+            let name = name.clone();
+            Monitor::new().register(move |_restarts| {
+                let config = crate::queue::job::postgres_config()
+                    .batch_size(concurrency)
+                    .heartbeat_interval(options.heartbeat)
+                    .missed_heartbeats(options.missed_heartbeats);
+                let backend = PostgresStorage::<TrialJob>::new(&pool)
+                    .with_config(config)
+                    .poll_with_interval(options.poll_interval);
+                WorkerBuilder::new(name.as_str())
+                    .backend(backend)
+                    .concurrency(concurrency)
+                    .data(shared.clone())
+                    .build(handle)
+            })
+        }
+    };
+    // A database error ends a worker's stream; restart it rather than stop taking jobs.
+    let monitor = monitor.should_restart(|_ctx, error| {
+        tracing::warn!("worker stopped: {error}; restarting");
+        true
+    });
+    let result = monitor
+        .run_with_signal(async move {
+            shutdown.cancelled().await;
+            Ok(())
+        })
+        .await;
+    beat.abort();
+    let _ = db.worker_heartbeat(&name, true).await;
+    result.map_err(|e| WorkerError::Run {
+        name,
+        reason: e.to_string(),
+    })
+}
