@@ -1,4 +1,7 @@
-//! `anvil-evals`: grade a workspace, validate tasks, report on results. See `anvil-evals --help`.
+//! `anvil-evals`: run sweeps on the job queue, run workers, grade a workspace, validate tasks,
+//! report on results. See `anvil-evals --help`.
+
+mod sweeps;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -10,13 +13,24 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 const AFTER_HELP: &str = "\
 Examples:
+  anvil-evals run --tasks 'evals/tasks/*' --models sonnet,local --trials 3 --concurrency 4
+  anvil-evals run --tasks 'evals/tasks/*' --models sonnet --queue postgres://evals@db/anvil --detach
+  anvil-evals worker --queue postgres://evals@db/anvil --concurrency 4     # on each machine
+  anvil-evals status --sweep sweep-20261130-120000-ab12
+  anvil-evals export --sweep sweep-20261130-120000-ab12 -o results.jsonl
+  anvil-evals report --sweep sweep-20261130-120000-ab12 --baseline last-week.jsonl
   anvil-evals validate --tasks 'evals/tasks/*'
   anvil-evals grade --task evals/tasks/py-fix-median --workspace /tmp/trial-3/workspace --json
   anvil-evals report results.jsonl -k 1,3,5
   anvil-evals report results.jsonl --baseline last-week.jsonl --format html > report.html
 
-Exit codes: grade: 0 pass, 1 fail, 3 grader error; validate: 0 all tasks sound, 1 otherwise;
-report: 0; any command: 2 bad input (a file, a task or a line that cannot be read).";
+The queue defaults to a SQLite file (anvil.db in the data dir); give --queue postgres://… to
+share it between machines. Migrations run automatically.
+
+Exit codes: run: 0 every trial completed, 1 some trial could not be completed (infra error or
+cancelled), 130 interrupted (resume with --sweep); grade: 0 pass, 1 fail, 3 grader error;
+validate: 0 all tasks sound, 1 otherwise; report, worker, status, export, cancel: 0; any
+command: 2 bad input (a task, a model, a file, a line or a queue that cannot be used).";
 
 #[derive(Debug, Parser)]
 #[command(name = "anvil-evals", version, about = "Evals for anvil: tasks, the protected grader and the reporter.", after_help = AFTER_HELP)]
@@ -34,6 +48,34 @@ enum Format {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run a sweep: enqueue one trial per (task, model, trial), run workers, print the report.
+    Run(sweeps::RunArgs),
+    /// Run queued trials (on this or any machine that reaches the queue) until stopped.
+    Worker(sweeps::WorkerCmdArgs),
+    /// Queue depth, sweeps, running trials and workers with their last heartbeat.
+    Status {
+        #[arg(long)]
+        queue: Option<String>,
+        #[arg(long)]
+        sweep: Option<String>,
+    },
+    /// Write a sweep's trial records (JSONL, what `report` reads).
+    Export {
+        #[arg(long)]
+        queue: Option<String>,
+        #[arg(long)]
+        sweep: String,
+        /// The file to write (default: standard output).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Cancel a sweep: queued trials are skipped, running ones killed.
+    Cancel {
+        #[arg(long)]
+        queue: Option<String>,
+        #[arg(long)]
+        sweep: String,
+    },
     /// Grade a finished workspace against a task's protected check.
     Grade {
         /// The task directory (holding task.toml).
@@ -59,8 +101,15 @@ enum Command {
     },
     /// Report pass@k / pass^k with intervals from trial records (JSONL).
     Report {
-        /// The results file (one trial record per line).
-        results: PathBuf,
+        /// The results file (one trial record per line); or give --sweep.
+        #[arg(required_unless_present = "sweep", conflicts_with = "sweep")]
+        results: Option<PathBuf>,
+        /// Read the results of this sweep from the queue database.
+        #[arg(long)]
+        sweep: Option<String>,
+        /// The queue holding --sweep (default: anvil.db in the data dir).
+        #[arg(long, requires = "sweep")]
+        queue: Option<String>,
         /// Compare against these earlier results, paired by task.
         #[arg(long)]
         baseline: Option<PathBuf>,
@@ -78,7 +127,7 @@ fn read_trials(path: &Path) -> Result<Trials, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_current_thread()
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
@@ -88,7 +137,31 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let sweep_command = |result: anyhow::Result<ExitCode>| match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("anvil-evals: {e:#}");
+            ExitCode::from(2)
+        }
+    };
     match cli.command {
+        Command::Run(args) => sweep_command(rt.block_on(sweeps::run(args))),
+        Command::Worker(args) => sweep_command(rt.block_on(sweeps::worker(args))),
+        Command::Status { queue, sweep } => {
+            sweep_command(rt.block_on(sweeps::status(queue.as_deref(), sweep.as_deref())))
+        }
+        Command::Export {
+            queue,
+            sweep,
+            output,
+        } => sweep_command(rt.block_on(sweeps::export(
+            queue.as_deref(),
+            &sweep,
+            output.as_ref(),
+        ))),
+        Command::Cancel { queue, sweep } => {
+            sweep_command(rt.block_on(sweeps::cancel(queue.as_deref(), &sweep)))
+        }
         Command::Grade {
             task,
             workspace,
@@ -191,11 +264,24 @@ fn main() -> ExitCode {
         }
         Command::Report {
             results,
+            sweep,
+            queue,
             baseline,
             k,
             format,
         } => {
-            let current = match read_trials(&results) {
+            let current = match (results, sweep) {
+                (Some(results), _) => read_trials(&results),
+                (None, Some(sweep)) => rt
+                    .block_on(sweeps::sweep_records(queue.as_deref(), &sweep))
+                    .map_err(|e| format!("{e:#}"))
+                    .and_then(|records| {
+                        Trials::read(records.join("\n").as_bytes(), &sweep)
+                            .map_err(|e| e.to_string())
+                    }),
+                (None, None) => Err("give a results file or --sweep".to_string()),
+            };
+            let current = match current {
                 Ok(t) => t,
                 Err(e) => {
                     eprintln!("anvil-evals: {e}");

@@ -96,6 +96,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 "model": session.model.name,
                 "provider": session.model.provider_name,
                 "model_id": session.model.model,
+                "config_digest": session.model.config_digest,
             });
             match &outcome {
                 TurnOutcome::Failed { error, retryable } => {

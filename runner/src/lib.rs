@@ -20,5 +20,11 @@ pub mod render;
 pub mod repl;
 /// Building a session: workspace, config, model, tools, prompt.
 pub mod setup;
+/// Sweeps: planning, recording, resuming.
+pub mod sweep;
 /// The worker: runs queued trials to recorded results.
 pub mod worker;
+/// One eval trial: workspace, agent, grader, record.
+pub mod trial;
+/// A trial's fresh workspace.
+pub mod workspace;

@@ -1,0 +1,455 @@
+//! The sweep commands: run, worker, status, export, cancel, and reading a sweep's results for
+//! `report --sweep`.
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anvil_grader::GradeOptions;
+use anvil_runner::queue::{Counts, Db, QueueLocation, TrialState, now_ms};
+use anvil_runner::sweep::{self, SweepSpec};
+use anvil_runner::trial::{AgentTrials, TrialOptions};
+use anvil_runner::worker::{self, WorkerOptions};
+use anyhow::{Context, Result, anyhow, bail};
+use tokio_util::sync::CancellationToken;
+
+/// How workers run on this machine (shared by `run` and `worker`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// Trials run at once by this process.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub concurrency: u32,
+    /// Keep each trial's workspace (its path is recorded as the record's session_path).
+    #[arg(long)]
+    pub keep_workspaces: bool,
+    /// Where workspaces are made (default: the system temp dir).
+    #[arg(long)]
+    pub workspaces: Option<PathBuf>,
+    /// The anvil binary to run trials with (default: beside anvil-evals, else on PATH).
+    #[arg(long)]
+    pub anvil: Option<PathBuf>,
+    /// Seconds between this worker's heartbeats; a worker silent for 3 of them is presumed
+    /// dead and its trials are run again by others.
+    #[arg(long, default_value_t = 5.0)]
+    pub heartbeat_secs: f64,
+    /// End a trial as an infrastructure failure after this many seconds (default: the task's
+    /// agent and check caps plus 120 s).
+    #[arg(long)]
+    pub trial_timeout_secs: Option<f64>,
+    /// Seconds before the first retry of an infrastructure failure (doubling after).
+    #[arg(long, default_value_t = 5.0)]
+    pub backoff_secs: f64,
+}
+
+fn secs(value: f64, flag: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero() || flag == "--backoff-secs")
+        .ok_or_else(|| anyhow!("{flag} must be a positive number of seconds (got {value})"))
+}
+
+impl WorkerArgs {
+    fn worker_options(&self) -> Result<WorkerOptions> {
+        Ok(WorkerOptions {
+            concurrency: self.concurrency as usize,
+            heartbeat: secs(self.heartbeat_secs, "--heartbeat-secs")?,
+            missed_heartbeats: 3,
+            trial_timeout: self
+                .trial_timeout_secs
+                .map(|s| secs(s, "--trial-timeout-secs"))
+                .transpose()?,
+            backoff: secs(self.backoff_secs, "--backoff-secs")?,
+            ..WorkerOptions::default()
+        })
+    }
+
+    fn trial_options(&self) -> TrialOptions {
+        TrialOptions {
+            anvil: self.anvil.clone().unwrap_or_else(TrialOptions::find_anvil),
+            workspaces: self
+                .workspaces
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("anvil-trials")),
+            keep_workspaces: self.keep_workspaces,
+            grade: GradeOptions::default(),
+            env: std::env::vars().collect(),
+            slack: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Checks what a worker needs before it takes a job, so a broken machine fails here once
+/// instead of turning every trial into an infrastructure error.
+fn preflight(options: &TrialOptions) -> Result<()> {
+    let anvil = &options.anvil;
+    let found = if anvil.components().count() > 1 {
+        anvil.is_file()
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(anvil).is_file()))
+            .unwrap_or(false)
+    };
+    if !found {
+        bail!(
+            "cannot find the anvil binary ({}); build it with `cargo build --release --bin anvil` or pass --anvil PATH",
+            anvil.display()
+        );
+    }
+    std::fs::create_dir_all(&options.workspaces).with_context(|| {
+        format!(
+            "cannot create the workspace directory {}",
+            options.workspaces.display()
+        )
+    })?;
+    Ok(())
+}
+
+pub async fn open(queue: Option<&str>, connections: u32) -> Result<(Db, QueueLocation)> {
+    let location = QueueLocation::from_option(queue)?;
+    let db = Db::open(&location, connections).await?;
+    Ok((db, location))
+}
+
+/// Checks that every model resolves from the user's config on this machine.
+fn check_models(models: &[String]) -> Result<()> {
+    use anvil_llm::config::{Config, ConfigFile, user_config_path};
+    let user = match user_config_path() {
+        Some(path) => ConfigFile::load(&path)?.map(|f| (path, f)),
+        None => None,
+    };
+    let config = Config::merge(user, None, false)?;
+    let registry = anvil_llm::registry::Registry::new(config);
+    for model in models {
+        registry
+            .resolve(model)
+            .map_err(|e| anyhow!("--models: '{model}': {e}"))?;
+    }
+    Ok(())
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// Tasks: a directory or a pattern such as 'evals/tasks/*'.
+    #[arg(long)]
+    pub tasks: String,
+    /// Model aliases from your config, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub models: Vec<String>,
+    /// Trials per (task, model).
+    #[arg(long, default_value_t = 3)]
+    pub trials: u32,
+    /// The queue: a SQLite file (default: anvil.db in the data dir) or a postgres:// URL.
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// The sweep id; give an existing one to resume it (default: a new id).
+    #[arg(long)]
+    pub sweep: Option<String>,
+    /// Enqueue only; workers started with `anvil-evals worker` run the trials.
+    #[arg(long)]
+    pub detach: bool,
+    /// Attempts per trial before an infrastructure failure is final.
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: u32,
+    /// The k of pass@k / pass^k in the final report.
+    #[arg(short = 'k', long = "k", value_delimiter = ',', default_values_t = vec![1u32, 3])]
+    pub k: Vec<u32>,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+pub async fn run(args: RunArgs) -> Result<ExitCode> {
+    // Everything is validated before anything is enqueued.
+    let spec = SweepSpec::plan(&args.tasks, args.models.clone(), args.trials, args.max_attempts)?;
+    check_models(&args.models)?;
+    let trial_options = args.worker.trial_options();
+    let worker_options = args.worker.worker_options()?;
+    if !args.detach {
+        preflight(&trial_options)?;
+    }
+    let (db, location) = open(args.queue.as_deref(), args.worker.concurrency + 4).await?;
+    let id = args.sweep.clone().unwrap_or_else(sweep::new_sweep_id);
+    let started = sweep::start(&db, &id, &spec).await?;
+    eprintln!(
+        "{} sweep {id}: {} tasks × {} models × {} trials = {} trials, {} to run (queue: {location})",
+        if started.resumed { "resuming" } else { "started" },
+        spec.tasks.len(),
+        spec.models.len(),
+        spec.trials,
+        started.trials,
+        started.unfinished,
+    );
+    if args.detach {
+        let queue_flag = args
+            .queue
+            .as_deref()
+            .map(|q| format!(" --queue '{q}'"))
+            .unwrap_or_default();
+        eprintln!("run workers with:  anvil-evals worker{queue_flag}");
+        eprintln!("watch it with:     anvil-evals status{queue_flag} --sweep {id}");
+        println!("{id}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let shutdown = CancellationToken::new();
+    let handler = Arc::new(AgentTrials::new(db.clone(), trial_options));
+    let workers = tokio::spawn(worker::run(
+        db.clone(),
+        handler,
+        worker_options,
+        shutdown.clone(),
+    ));
+    let mut progress = Progress::new();
+    let interrupted = loop {
+        let counts = db.counts(&id).await?;
+        progress.show(&counts);
+        if counts.total() > 0 && counts.finished() == counts.total() {
+            break false;
+        }
+        if workers.is_finished() {
+            break false;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tokio::signal::ctrl_c() => break true,
+        }
+    };
+    progress.finish();
+    shutdown.cancel();
+    if interrupted {
+        eprintln!(
+            "interrupted. Finished trials are kept; resume with the same command plus --sweep {id}"
+        );
+        return Ok(ExitCode::from(130));
+    }
+    match tokio::time::timeout(Duration::from_secs(10), workers).await {
+        Ok(Ok(Err(e))) => eprintln!("anvil-evals: worker: {e}"),
+        Ok(Err(e)) => eprintln!("anvil-evals: worker: {e}"),
+        _ => {}
+    }
+    let counts = db.counts(&id).await?;
+    let records = db.records(&id).await?;
+    let trials = anvil_report::summary::Trials::read(records.join("\n").as_bytes(), &id)
+        .map_err(|e| anyhow!("reading the results of {id}: {e}"))?;
+    let report = anvil_report::summary::report(&trials, &args.k, None);
+    print!("{}", anvil_report::render::table(&report));
+    let incomplete = counts.get(TrialState::InfraError)
+        + counts.get(TrialState::Cancelled)
+        + (counts.total() - counts.finished());
+    if incomplete > 0 {
+        eprintln!(
+            "{incomplete} of {} trials could not be completed (see `anvil-evals status --sweep {id}`)",
+            counts.total()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerCmdArgs {
+    /// The queue: a SQLite file (default: anvil.db in the data dir) or a postgres:// URL.
+    #[arg(long)]
+    pub queue: Option<String>,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+}
+
+pub async fn worker(args: WorkerCmdArgs) -> Result<ExitCode> {
+    let trial_options = args.worker.trial_options();
+    let worker_options = args.worker.worker_options()?;
+    preflight(&trial_options)?;
+    let (db, location) = open(args.queue.as_deref(), args.worker.concurrency + 4).await?;
+    eprintln!(
+        "worker: {} trial(s) at once from {location}; Ctrl-C to stop",
+        worker_options.concurrency
+    );
+    let shutdown = CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+        stop.cancel();
+    });
+    let handler = Arc::new(AgentTrials::new(db.clone(), trial_options));
+    worker::run(db, handler, worker_options, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn age(ms: i64) -> String {
+    let secs = ((now_ms() - ms).max(0) / 1000) as u64;
+    match secs {
+        0..=119 => format!("{secs}s ago"),
+        120..=7199 => format!("{}m ago", secs / 60),
+        _ => format!("{}h ago", secs / 3600),
+    }
+}
+
+fn counts_line(counts: &Counts) -> String {
+    format!(
+        "{} trials: {} done ({} passed), {} running, {} queued, {} retrying, {} infra errors, {} cancelled",
+        counts.total(),
+        counts.get(TrialState::Done),
+        counts.passed,
+        counts.get(TrialState::Running),
+        counts.get(TrialState::Queued),
+        counts.get(TrialState::Retrying),
+        counts.get(TrialState::InfraError),
+        counts.get(TrialState::Cancelled),
+    )
+}
+
+pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode> {
+    let (db, location) = open(queue, 2).await?;
+    println!("queue: {location}");
+    println!("jobs waiting: {}", db.queue_depth().await?);
+    match sweep {
+        Some(id) => {
+            let row = db
+                .sweep(id)
+                .await?
+                .ok_or_else(|| anyhow!("no sweep '{id}' in {location} (run `anvil-evals status` to list them)"))?;
+            println!(
+                "sweep {id}{}: anvil {}, started {}",
+                if row.cancelled { " (cancelled)" } else { "" },
+                row.anvil_git_sha,
+                age(row.created_at_ms)
+            );
+            println!("  {}", counts_line(&db.counts(id).await?));
+        }
+        None => {
+            let sweeps = db.sweeps().await?;
+            if sweeps.is_empty() {
+                println!("no sweeps yet");
+            }
+            for (id, created, cancelled) in sweeps.iter().take(20) {
+                println!(
+                    "sweep {id}{} (started {}): {}",
+                    if *cancelled { " (cancelled)" } else { "" },
+                    age(*created),
+                    counts_line(&db.counts(id).await?)
+                );
+            }
+        }
+    }
+    let running = db.running(sweep).await?;
+    if !running.is_empty() {
+        println!("running:");
+        for r in running {
+            println!(
+                "  {} attempt {} on {} (started {})",
+                r.key,
+                r.attempt,
+                r.worker.as_deref().unwrap_or("?"),
+                r.started_at_ms.map(age).unwrap_or_default()
+            );
+        }
+    }
+    let workers = db.workers(now_ms() - 24 * 3600 * 1000).await?;
+    println!("workers (last 24 h):");
+    if workers.is_empty() {
+        println!("  none");
+    }
+    for w in workers {
+        println!(
+            "  {} (host {}, pid {}): last heartbeat {}{}",
+            w.name,
+            w.host,
+            w.pid,
+            age(w.last_heartbeat_ms),
+            if w.stopped { ", stopped" } else { "" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn export(queue: Option<&str>, sweep: &str, output: Option<&PathBuf>) -> Result<ExitCode> {
+    let records = sweep_records(queue, sweep).await?;
+    let mut text = records.join("\n");
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    match output {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!("wrote {} trial records to {}", records.len(), path.display());
+        }
+        None => std::io::stdout().write_all(text.as_bytes())?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The JSONL trial records of a finished (or partly finished) sweep.
+pub async fn sweep_records(queue: Option<&str>, sweep: &str) -> Result<Vec<String>> {
+    let (db, location) = open(queue, 2).await?;
+    if db.sweep(sweep).await?.is_none() {
+        bail!("no sweep '{sweep}' in {location} (run `anvil-evals status` to list them)");
+    }
+    Ok(db.records(sweep).await?)
+}
+
+pub async fn cancel(queue: Option<&str>, sweep: &str) -> Result<ExitCode> {
+    let (db, _) = open(queue, 2).await?;
+    let stopped = db.cancel_sweep(sweep).await?;
+    eprintln!(
+        "sweep {sweep} cancelled: {stopped} unfinished trials stopped (running ones end within a few seconds)"
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Progress of a running sweep: one updating line on a terminal, plain lines otherwise.
+struct Progress {
+    tty: bool,
+    started: Instant,
+    last: Option<(u64, u64, u64)>,
+    last_print: Instant,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Self {
+            tty: std::io::stderr().is_terminal(),
+            started: Instant::now(),
+            last: None,
+            last_print: Instant::now(),
+        }
+    }
+
+    fn show(&mut self, counts: &Counts) {
+        let finished = counts.finished();
+        let total = counts.total();
+        let running = counts.get(TrialState::Running);
+        let key = (finished, running, counts.get(TrialState::InfraError));
+        let elapsed = self.started.elapsed();
+        let eta = if finished > 0 && finished < total {
+            let per = elapsed.as_secs_f64() / finished as f64;
+            format!(", ETA {}s", (per * (total - finished) as f64).round() as u64)
+        } else {
+            String::new()
+        };
+        let line = format!(
+            "[{finished}/{total}] done {} (passed {}), running {running}, failed {}, infra {}{eta}",
+            counts.get(TrialState::Done),
+            counts.passed,
+            counts.get(TrialState::Done) - counts.passed.min(counts.get(TrialState::Done)),
+            counts.get(TrialState::InfraError),
+        );
+        if self.tty {
+            eprint!("\r\x1b[K{line}");
+            let _ = std::io::stderr().flush();
+        } else if self.last != Some(key) || self.last_print.elapsed() > Duration::from_secs(30) {
+            eprintln!("{line}");
+            self.last_print = Instant::now();
+        }
+        self.last = Some(key);
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! Sweeps end to end with the real binaries: `anvil-evals` enqueues and runs workers, each trial
+//! runs the real `anvil -p` against a wiremock model server speaking the Anthropic wire format,
+//! and the real grader checks the result. Every scenario runs against a SQLite file and
+//! against a fresh database on the Postgres server (`ANVIL_TEST_POSTGRES`, default
+//! 127.0.0.1:5432).
+//!
+//! The model server plays two "models": `good` always writes the reference fix (answer.txt
+//! holding 42), `bad` never does. A delay on the first answer keeps trials running long
+//! enough to kill things mid-trial.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anvil_runner::queue::{self, Db, QueueLocation, TrialState};
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+const EVALS: &str = env!("CARGO_BIN_EXE_anvil-evals");
+
+// ---- the model server -----------------------------------------------------------------------
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+fn text_answer(text: &str) -> String {
+    sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+fn write_answer() -> String {
+    let input = json!({"file_path": "answer.txt", "content": "42\n"});
+    sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_write_1", "name": "write_file", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+struct Models {
+    /// Delay of each trial's first answer.
+    delay: Duration,
+}
+
+impl Respond for Models {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let model = body["model"].as_str().unwrap_or("");
+        let after_tool = body.to_string().contains("\"tool_result\"");
+        let answer = match (model, after_tool) {
+            ("claude-good", false) => write_answer(),
+            ("claude-good", true) => text_answer("I wrote answer.txt."),
+            _ => text_answer("I cannot work out the answer."),
+        };
+        let delay = if after_tool { Duration::ZERO } else { self.delay };
+        ResponseTemplate::new(200)
+            .insert_header("content-type", "text/event-stream")
+            .set_body_string(answer)
+            .set_delay(delay)
+    }
+}
+
+// ---- the machine: config, tasks, queue -------------------------------------------------------
+
+struct Setup {
+    home: tempfile::TempDir,
+    queue: QueueLocation,
+    tasks: PathBuf,
+}
+
+fn task(root: &Path, name: &str) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("repo")).unwrap();
+    std::fs::create_dir_all(dir.join("grader")).unwrap();
+    std::fs::create_dir_all(dir.join("solution")).unwrap();
+    std::fs::write(dir.join("repo/README.md"), format!("# {name}\nPut the answer in answer.txt.\n")).unwrap();
+    std::fs::write(dir.join("solution/answer.txt"), "42\n").unwrap();
+    std::fs::write(dir.join("grader/check.sh"), "grep -qx 42 answer.txt\n").unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!(
+            "name = \"{name}\"\nprompt = \"Write the answer to answer.txt.\"\nmax_steps = 5\ntimeout_secs = 120\npermission_mode = \"bypass\"\n\n[check]\nscript = \"check.sh\"\ntimeout_secs = 30\n"
+        ),
+    )
+    .unwrap();
+}
+
+async fn setup(server: &MockServer, postgres: bool, tasks: &[&str]) -> Setup {
+    let home = tempfile::tempdir().unwrap();
+    let cfg = home.path().join("cfg/anvil");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(
+        cfg.join("config.toml"),
+        format!(
+            "default_model = \"good\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n\
+             [models.good]\nprovider = \"mock\"\nmodel = \"claude-good\"\n\n[models.bad]\nprovider = \"mock\"\nmodel = \"claude-bad\"\n",
+            server.uri()
+        ),
+    )
+    .unwrap();
+    let tasks_dir = home.path().join("tasks");
+    for t in tasks {
+        task(&tasks_dir, t);
+    }
+    let queue = if postgres {
+        queue::testing::fresh_postgres("sweep").await.unwrap_or_else(|e| panic!("{e}"))
+    } else {
+        QueueLocation::Sqlite(home.path().join("data/queue.db"))
+    };
+    Setup {
+        home,
+        queue,
+        tasks: tasks_dir,
+    }
+}
+
+impl Setup {
+    fn queue_arg(&self) -> String {
+        match &self.queue {
+            QueueLocation::Sqlite(p) => p.display().to_string(),
+            QueueLocation::Postgres(url) => url.clone(),
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(EVALS);
+        c.args(args)
+            .args(["--queue", &self.queue_arg()])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.path())
+            .env("XDG_CONFIG_HOME", self.home.path().join("cfg"))
+            .env("XDG_DATA_HOME", self.home.path().join("data"))
+            .env("TMPDIR", self.home.path())
+            .env("MOCK_API_KEY", "sk-mock-key-123")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run_args(&self, sweep: &str) -> Vec<String> {
+        vec![
+            "run".into(),
+            "--tasks".into(),
+            self.tasks.join("*").display().to_string(),
+            "--models".into(),
+            "good,bad".into(),
+            "--sweep".into(),
+            sweep.into(),
+            "--backoff-secs".into(),
+            "0.1".into(),
+            "--heartbeat-secs".into(),
+            "1".into(),
+        ]
+    }
+
+    async fn db(&self) -> Db {
+        Db::open(&self.queue, 2).await.unwrap()
+    }
+
+    async fn cleanup(self) {
+        queue::testing::drop_postgres(&self.queue).await;
+    }
+}
+
+fn output(mut c: Command) -> Output {
+    c.output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+async fn wait_for<F, Fut>(what: &str, limit: Duration, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !done().await {
+        assert!(started.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn model_server(delay: Duration) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(Models { delay })
+        .mount(&server)
+        .await;
+    server
+}
+
+fn records(s: &Setup, sweep: &str) -> Vec<Value> {
+    let out = output(s.command(&["export", "--sweep", sweep]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+// ---- the scenarios ---------------------------------------------------------------------------
+
+async fn full_sweep_reports_exact_pass_rates(postgres: bool) {
+    let server = model_server(Duration::ZERO).await;
+    let s = setup(&server, postgres, &["t1", "t2", "t3"]).await;
+    let mut args = s.run_args("e2e");
+    args.extend(["--trials", "3", "--concurrency", "2", "-k", "1,3"].map(String::from));
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("good") && stdout.contains("bad"), "the report is printed: {stdout}");
+
+    let recs = records(&s, "e2e");
+    assert_eq!(recs.len(), 18, "3 tasks × 2 models × 3 trials");
+    for r in &recs {
+        let expected = r["model"] == "good";
+        assert_eq!(r["pass"], json!(expected), "{r}");
+        assert_eq!(r["attempt"], 1, "{r}");
+        assert!(r["infra_error"].is_null(), "{r}");
+        assert_eq!(r["outcome"], "done", "{r}");
+        assert_eq!(r["digests"]["grader"].as_str().unwrap().len(), 64, "{r}");
+        assert_eq!(r["digests"]["model_config"].as_str().unwrap().len(), 64, "{r}");
+    }
+    assert_eq!(recs.iter().filter(|r| r["model"] == "good").map(|r| r["steps"].as_u64().unwrap()).min(), Some(2));
+
+    let out = output(s.command(&["report", "--sweep", "e2e", "--format", "json", "-k", "1,3"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let models = report["models"].as_array().expect("models in the report");
+    let by = |name: &str| models.iter().find(|m| m["model"] == name).unwrap().clone();
+    let (good, bad) = (by("good"), by("bad"));
+    let metric = |m: &Value, name: &str| -> f64 {
+        m["metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {m}"))["value"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(metric(&good, "pass@1"), 1.0);
+    assert_eq!(metric(&good, "pass@3"), 1.0);
+    assert_eq!(metric(&good, "pass^3"), 1.0);
+    assert_eq!(metric(&bad, "pass@1"), 0.0);
+    assert_eq!(metric(&bad, "pass@3"), 0.0);
+    assert_eq!(metric(&bad, "pass^3"), 0.0);
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_sweep_sqlite() {
+    full_sweep_reports_exact_pass_rates(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_sweep_postgres() {
+    full_sweep_reports_exact_pass_rates(true).await;
+}

@@ -1,0 +1,332 @@
+//! A sweep: which tasks, which models, how many trials, recorded with the digests it was asked
+//! with. Planning validates everything before anything is enqueued; starting records the sweep
+//! (or resumes it, refusing a changed one) and enqueues every unfinished trial.
+
+use std::path::PathBuf;
+
+use anvil_grader::digest::{self, TaskDigests};
+use anvil_grader::{Task, find_tasks};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::queue::{self, Db, QueueError, SweepRow, SweepStart, TrialKey};
+
+/// The anvil commit this binary was built from (`unknown` outside a git checkout; `-dirty`
+/// when it had uncommitted changes).
+pub const ANVIL_GIT_SHA: &str = env!("ANVIL_GIT_SHA");
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepTask {
+    pub name: String,
+    /// The task directory (absolute); workers on other machines need the same path.
+    pub dir: PathBuf,
+    pub digests: TaskDigests,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepSpec {
+    pub tasks: Vec<SweepTask>,
+    /// Model aliases from the config.
+    pub models: Vec<String>,
+    pub trials: u32,
+    /// Attempts per trial, infrastructure retries included.
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("{0}")]
+    Task(#[from] anvil_grader::TaskError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+}
+
+impl SweepSpec {
+    /// Loads and validates the tasks matching `pattern` and digests them.
+    pub fn plan(
+        pattern: &str,
+        models: Vec<String>,
+        trials: u32,
+        max_attempts: u32,
+    ) -> Result<SweepSpec, SweepError> {
+        if trials == 0 {
+            return Err(SweepError::Invalid("--trials must be at least 1".into()));
+        }
+        if max_attempts == 0 {
+            return Err(SweepError::Invalid(
+                "--max-attempts must be at least 1".into(),
+            ));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for model in &models {
+            if model.trim().is_empty() {
+                return Err(SweepError::Invalid("--models has an empty name".into()));
+            }
+            if !seen.insert(model.clone()) {
+                return Err(SweepError::Invalid(format!(
+                    "--models names '{model}' twice"
+                )));
+            }
+        }
+        if models.is_empty() {
+            return Err(SweepError::Invalid("--models names no model".into()));
+        }
+        let dirs = find_tasks(pattern)?;
+        if dirs.is_empty() {
+            return Err(SweepError::Invalid(format!("no task matches '{pattern}'")));
+        }
+        let mut tasks = Vec::new();
+        for dir in dirs {
+            let task = Task::load(&dir)?;
+            let dir = std::fs::canonicalize(&task.dir).unwrap_or(task.dir.clone());
+            let digests = digest::of_task(&task).map_err(|e| {
+                SweepError::Invalid(format!("{}: cannot digest the task: {e}", dir.display()))
+            })?;
+            tasks.push(SweepTask {
+                name: task.spec.name.clone(),
+                dir,
+                digests,
+            });
+        }
+        tasks.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(SweepSpec {
+            tasks,
+            models,
+            trials,
+            max_attempts,
+        })
+    }
+
+    /// What a resumed sweep must match: tasks with their digests, models and trials.
+    pub fn fingerprint(&self) -> String {
+        let identity = serde_json::json!({
+            "tasks": self.tasks.iter().map(|t| (&t.name, &t.digests)).collect::<Vec<_>>(),
+            "models": self.models,
+            "trials": self.trials,
+        });
+        let hash = Sha256::digest(identity.to_string().as_bytes());
+        hash.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Why `self` is not the sweep `stored` was started with, in words.
+    pub fn difference(&self, stored: &SweepSpec) -> String {
+        let mut out = Vec::new();
+        for task in &self.tasks {
+            match stored.tasks.iter().find(|t| t.name == task.name) {
+                None => out.push(format!("task {} was not in it", task.name)),
+                Some(old) if old.digests != task.digests => {
+                    let mut parts = Vec::new();
+                    if old.digests.task != task.digests.task {
+                        parts.push("task.toml");
+                    }
+                    if old.digests.repo != task.digests.repo {
+                        parts.push("repo/");
+                    }
+                    if old.digests.grader != task.digests.grader {
+                        parts.push("grader/");
+                    }
+                    if old.digests.dependencies != task.digests.dependencies {
+                        parts.push("dependencies");
+                    }
+                    out.push(format!("task {} changed ({})", task.name, parts.join(", ")));
+                }
+                Some(_) => {}
+            }
+        }
+        for old in &stored.tasks {
+            if !self.tasks.iter().any(|t| t.name == old.name) {
+                out.push(format!("task {} is missing", old.name));
+            }
+        }
+        if self.models != stored.models {
+            out.push(format!(
+                "models {} instead of {}",
+                self.models.join(","),
+                stored.models.join(",")
+            ));
+        }
+        if self.trials != stored.trials {
+            out.push(format!(
+                "{} trials instead of {}",
+                self.trials, stored.trials
+            ));
+        }
+        out.join("; ")
+    }
+
+    /// Every (task, model, trial) of the sweep.
+    pub fn keys(&self, sweep: &str) -> Vec<TrialKey> {
+        let mut keys = Vec::new();
+        for task in &self.tasks {
+            for model in &self.models {
+                for trial in 0..self.trials {
+                    keys.push(TrialKey {
+                        sweep: sweep.to_string(),
+                        task: task.name.clone(),
+                        model: model.clone(),
+                        trial,
+                    });
+                }
+            }
+        }
+        keys
+    }
+
+    pub fn task(&self, name: &str) -> Option<&SweepTask> {
+        self.tasks.iter().find(|t| t.name == name)
+    }
+
+    /// Reads the spec stored with a sweep.
+    pub fn from_row(row: &SweepRow) -> Result<SweepSpec, SweepError> {
+        serde_json::from_str(&row.spec).map_err(|e| {
+            SweepError::Invalid(format!(
+                "sweep {}: its stored spec cannot be read ({e}); was it written by a newer anvil?",
+                row.id
+            ))
+        })
+    }
+}
+
+/// What [`start`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    pub resumed: bool,
+    pub trials: usize,
+    /// Trials still to run (all of them for a new sweep).
+    pub unfinished: usize,
+}
+
+/// Records the sweep (or resumes it) and enqueues its unfinished trials.
+pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, SweepError> {
+    let row = SweepRow {
+        id: id.to_string(),
+        created_at_ms: queue::now_ms(),
+        spec: serde_json::to_string(spec)
+            .map_err(|e| SweepError::Invalid(format!("cannot store the sweep spec: {e}")))?,
+        fingerprint: spec.fingerprint(),
+        anvil_git_sha: ANVIL_GIT_SHA.to_string(),
+        cancelled: false,
+    };
+    let resumed = match db.record_sweep(&row).await? {
+        SweepStart::Created => false,
+        SweepStart::Resumed => true,
+        SweepStart::Conflict(stored) => {
+            let why = SweepSpec::from_row(&stored)
+                .map(|old| spec.difference(&old))
+                .unwrap_or_else(|e| e.to_string());
+            return Err(SweepError::Invalid(format!(
+                "sweep {id} already exists with different tasks or settings ({why}); \
+                 resume it with the same tasks, models and trials, or start a new sweep with another --sweep id"
+            )));
+        }
+    };
+    if resumed && stored_cancelled(db, id).await? {
+        return Err(SweepError::Invalid(format!(
+            "sweep {id} was cancelled; start a new sweep with another --sweep id"
+        )));
+    }
+    let keys = spec.keys(id);
+    db.add_trials(&keys).await?;
+    let unfinished = db.unfinished_trials(id).await?;
+    queue::enqueue(db, &unfinished, spec.max_attempts).await?;
+    Ok(Started {
+        resumed,
+        trials: keys.len(),
+        unfinished: unfinished.len(),
+    })
+}
+
+async fn stored_cancelled(db: &Db, id: &str) -> Result<bool, SweepError> {
+    Ok(db.is_cancelled(id).await?)
+}
+
+/// A new sweep id: `sweep-YYYYMMDD-HHMMSS-xxxx` (UTC).
+pub fn new_sweep_id() -> String {
+    let secs = queue::now_ms() / 1000;
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let rem = secs.rem_euclid(86_400);
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!(
+        "sweep-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        &suffix[..4]
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(20_787), (2026, 11, 30));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn sweep_ids_read_as_dates() {
+        let id = new_sweep_id();
+        assert!(id.starts_with("sweep-20"), "{id}");
+        assert_eq!(id.len(), "sweep-20261130-120000-abcd".len(), "{id}");
+    }
+
+    fn spec(grader: &str) -> SweepSpec {
+        SweepSpec {
+            tasks: vec![SweepTask {
+                name: "t".into(),
+                dir: "/t".into(),
+                digests: TaskDigests {
+                    task: "a".into(),
+                    repo: "b".into(),
+                    grader: grader.into(),
+                    dependencies: "d".into(),
+                },
+            }],
+            models: vec!["m".into()],
+            trials: 3,
+            max_attempts: 3,
+        }
+    }
+
+    #[test]
+    fn a_changed_grader_changes_the_fingerprint_and_says_so() {
+        let (old, new) = (spec("g1"), spec("g2"));
+        assert_ne!(old.fingerprint(), new.fingerprint());
+        assert_eq!(new.difference(&old), "task t changed (grader/)");
+        let mut more = spec("g1");
+        more.max_attempts = 5;
+        assert_eq!(
+            old.fingerprint(),
+            more.fingerprint(),
+            "retry limits may change"
+        );
+    }
+
+    #[test]
+    fn keys_cover_every_task_model_and_trial() {
+        let mut s = spec("g");
+        s.models.push("n".into());
+        let keys = s.keys("sw");
+        assert_eq!(keys.len(), 6);
+        assert_eq!(keys[5].to_string(), "sw/t/n#2");
+    }
+}
