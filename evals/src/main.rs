@@ -154,11 +154,7 @@ fn main() -> ExitCode {
             queue,
             sweep,
             output,
-        } => sweep_command(rt.block_on(sweeps::export(
-            queue.as_deref(),
-            &sweep,
-            output.as_ref(),
-        ))),
+        } => sweep_command(rt.block_on(sweeps::export(queue.as_deref(), &sweep, output.as_ref()))),
         Command::Cancel { queue, sweep } => {
             sweep_command(rt.block_on(sweeps::cancel(queue.as_deref(), &sweep)))
         }

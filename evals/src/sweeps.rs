@@ -161,7 +161,12 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // Everything is validated before anything is enqueued.
-    let spec = SweepSpec::plan(&args.tasks, args.models.clone(), args.trials, args.max_attempts)?;
+    let spec = SweepSpec::plan(
+        &args.tasks,
+        args.models.clone(),
+        args.trials,
+        args.max_attempts,
+    )?;
     check_models(&args.models)?;
     let trial_options = args.worker.trial_options();
     let worker_options = args.worker.worker_options()?;
@@ -173,7 +178,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let started = sweep::start(&db, &id, &spec).await?;
     eprintln!(
         "{} sweep {id}: {} tasks × {} models × {} trials = {} trials, {} to run (queue: {location})",
-        if started.resumed { "resuming" } else { "started" },
+        if started.resumed {
+            "resuming"
+        } else {
+            "started"
+        },
         spec.tasks.len(),
         spec.models.len(),
         spec.trials,
@@ -267,7 +276,8 @@ pub async fn worker(args: WorkerCmdArgs) -> Result<ExitCode> {
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
@@ -308,10 +318,9 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
     println!("jobs waiting: {}", db.queue_depth().await?);
     match sweep {
         Some(id) => {
-            let row = db
-                .sweep(id)
-                .await?
-                .ok_or_else(|| anyhow!("no sweep '{id}' in {location} (run `anvil-evals status` to list them)"))?;
+            let row = db.sweep(id).await?.ok_or_else(|| {
+                anyhow!("no sweep '{id}' in {location} (run `anvil-evals status` to list them)")
+            })?;
             println!(
                 "sweep {id}{}: anvil {}, started {}",
                 if row.cancelled { " (cancelled)" } else { "" },
@@ -366,7 +375,11 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn export(queue: Option<&str>, sweep: &str, output: Option<&PathBuf>) -> Result<ExitCode> {
+pub async fn export(
+    queue: Option<&str>,
+    sweep: &str,
+    output: Option<&PathBuf>,
+) -> Result<ExitCode> {
     let records = sweep_records(queue, sweep).await?;
     let mut text = records.join("\n");
     if !text.is_empty() {
@@ -375,7 +388,11 @@ pub async fn export(queue: Option<&str>, sweep: &str, output: Option<&PathBuf>) 
     match output {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!("wrote {} trial records to {}", records.len(), path.display());
+            eprintln!(
+                "wrote {} trial records to {}",
+                records.len(),
+                path.display()
+            );
         }
         None => std::io::stdout().write_all(text.as_bytes())?,
     }
@@ -426,7 +443,10 @@ impl Progress {
         let elapsed = self.started.elapsed();
         let eta = if finished > 0 && finished < total {
             let per = elapsed.as_secs_f64() / finished as f64;
-            format!(", ETA {}s", (per * (total - finished) as f64).round() as u64)
+            format!(
+                ", ETA {}s",
+                (per * (total - finished) as f64).round() as u64
+            )
         } else {
             String::new()
         };

@@ -67,7 +67,11 @@ impl Respond for Models {
             ("claude-good", true) => text_answer("I wrote answer.txt."),
             _ => text_answer("I cannot work out the answer."),
         };
-        let delay = if after_tool { Duration::ZERO } else { self.delay };
+        let delay = if after_tool {
+            Duration::ZERO
+        } else {
+            self.delay
+        };
         ResponseTemplate::new(200)
             .insert_header("content-type", "text/event-stream")
             .set_body_string(answer)
@@ -88,7 +92,11 @@ fn task(root: &Path, name: &str) {
     std::fs::create_dir_all(dir.join("repo")).unwrap();
     std::fs::create_dir_all(dir.join("grader")).unwrap();
     std::fs::create_dir_all(dir.join("solution")).unwrap();
-    std::fs::write(dir.join("repo/README.md"), format!("# {name}\nPut the answer in answer.txt.\n")).unwrap();
+    std::fs::write(
+        dir.join("repo/README.md"),
+        format!("# {name}\nPut the answer in answer.txt.\n"),
+    )
+    .unwrap();
     std::fs::write(dir.join("solution/answer.txt"), "42\n").unwrap();
     std::fs::write(dir.join("grader/check.sh"), "grep -qx 42 answer.txt\n").unwrap();
     std::fs::write(
@@ -118,7 +126,9 @@ async fn setup(server: &MockServer, postgres: bool, tasks: &[&str]) -> Setup {
         task(&tasks_dir, t);
     }
     let queue = if postgres {
-        queue::testing::fresh_postgres("sweep").await.unwrap_or_else(|e| panic!("{e}"))
+        queue::testing::fresh_postgres("sweep")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     } else {
         QueueLocation::Sqlite(home.path().join("data/queue.db"))
     };
@@ -230,7 +240,10 @@ async fn full_sweep_reports_exact_pass_rates(postgres: bool) {
     let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("good") && stdout.contains("bad"), "the report is printed: {stdout}");
+    assert!(
+        stdout.contains("good") && stdout.contains("bad"),
+        "the report is printed: {stdout}"
+    );
 
     let recs = records(&s, "e2e");
     assert_eq!(recs.len(), 18, "3 tasks × 2 models × 3 trials");
@@ -241,9 +254,19 @@ async fn full_sweep_reports_exact_pass_rates(postgres: bool) {
         assert!(r["infra_error"].is_null(), "{r}");
         assert_eq!(r["outcome"], "done", "{r}");
         assert_eq!(r["digests"]["grader"].as_str().unwrap().len(), 64, "{r}");
-        assert_eq!(r["digests"]["model_config"].as_str().unwrap().len(), 64, "{r}");
+        assert_eq!(
+            r["digests"]["model_config"].as_str().unwrap().len(),
+            64,
+            "{r}"
+        );
     }
-    assert_eq!(recs.iter().filter(|r| r["model"] == "good").map(|r| r["steps"].as_u64().unwrap()).min(), Some(2));
+    assert_eq!(
+        recs.iter()
+            .filter(|r| r["model"] == "good")
+            .map(|r| r["steps"].as_u64().unwrap())
+            .min(),
+        Some(2)
+    );
 
     let out = output(s.command(&["report", "--sweep", "e2e", "--format", "json", "-k", "1,3"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -278,4 +301,212 @@ async fn full_sweep_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_sweep_postgres() {
     full_sweep_reports_exact_pass_rates(true).await;
+}
+
+fn spawn(mut c: Command) -> Child {
+    c.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn kill9(child: &mut Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait();
+}
+
+/// Two worker processes; one is killed with SIGKILL while it runs a trial. The other finishes
+/// the sweep: nothing lost, nothing duplicated, the lost trial recorded as attempt 2.
+async fn killed_worker_is_replaced(postgres: bool) {
+    let server = model_server(Duration::from_secs(3)).await;
+    let s = setup(&server, postgres, &["t1", "t2"]).await;
+    let mut args = s.run_args("crash");
+    args.extend(["--trials", "2", "--detach"].map(String::from));
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "crash");
+
+    let worker_args = [
+        "worker",
+        "--concurrency",
+        "1",
+        "--heartbeat-secs",
+        "1",
+        "--backoff-secs",
+        "0.1",
+    ];
+    let mut a = spawn(s.command(&worker_args));
+    let db = s.db().await;
+    let a_pid = a.id().to_string();
+    wait_for(
+        "worker A to run a trial",
+        Duration::from_secs(60),
+        || async {
+            db.running(Some("crash")).await.unwrap().iter().any(|r| {
+                r.worker
+                    .as_deref()
+                    .is_some_and(|w| w.contains(&format!("-{a_pid}-")))
+            })
+        },
+    )
+    .await;
+    let victim = db
+        .running(Some("crash"))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| {
+            r.worker
+                .as_deref()
+                .is_some_and(|w| w.contains(&format!("-{a_pid}-")))
+        })
+        .unwrap();
+    let mut b = spawn(s.command(&worker_args));
+    kill9(&mut a);
+
+    wait_for("the sweep to finish", Duration::from_secs(120), || async {
+        let c = db.counts("crash").await.unwrap();
+        c.total() == 8 && c.finished() == 8
+    })
+    .await;
+    kill9(&mut b);
+    let counts = db.counts("crash").await.unwrap();
+    assert_eq!(counts.get(TrialState::Done), 8, "{counts:?}");
+    let recs = records(&s, "crash");
+    assert_eq!(recs.len(), 8, "one result per trial");
+    let mut keys: Vec<String> = recs
+        .iter()
+        .map(|r| format!("{}/{}/{}", r["task"], r["model"], r["trial"]))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 8, "no duplicates");
+    let lost = recs
+        .iter()
+        .find(|r| {
+            r["task"] == victim.key.task.as_str()
+                && r["model"] == victim.key.model.as_str()
+                && r["trial"] == victim.key.trial
+        })
+        .unwrap();
+    assert_eq!(lost["attempt"], 2, "the lost trial ran again: {lost}");
+    assert_eq!(lost["pass"], json!(victim.key.model == "good"), "{lost}");
+    db.close().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_worker_sqlite() {
+    killed_worker_is_replaced(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_worker_postgres() {
+    killed_worker_is_replaced(true).await;
+}
+
+/// `anvil-evals run` killed mid-sweep and run again with the same --sweep finishes without
+/// re-running finished trials; the same id with a changed grader is refused.
+async fn killed_run_resumes(postgres: bool) {
+    let server = model_server(Duration::from_millis(1500)).await;
+    let s = setup(&server, postgres, &["t1", "t2"]).await;
+    let mut args = s.run_args("resume");
+    args.extend(["--trials", "2"].map(String::from));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut run = spawn(s.command(&argv));
+    let db = s.db().await;
+    wait_for("two finished trials", Duration::from_secs(60), || async {
+        db.counts("resume")
+            .await
+            .map(|c| c.get(TrialState::Done) >= 2)
+            .unwrap_or(false)
+    })
+    .await;
+    kill9(&mut run);
+    let before = records(&s, "resume");
+    assert!(
+        before.len() >= 2 && before.len() < 8,
+        "killed mid-sweep: {} done",
+        before.len()
+    );
+
+    // A changed grader under the same id is refused, and nothing is enqueued.
+    let check = s.tasks.join("t1/grader/check.sh");
+    std::fs::write(&check, "grep -qx 43 answer.txt\n").unwrap();
+    let out = output(s.command(&argv));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("sweep resume already exists") && err.contains("task t1 changed (grader/)"),
+        "{err}"
+    );
+    std::fs::write(&check, "grep -qx 42 answer.txt\n").unwrap();
+
+    let out = output(s.command(&argv));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("resuming sweep resume"),
+        "{}",
+        text(&out)
+    );
+    let after = records(&s, "resume");
+    assert_eq!(after.len(), 8);
+    for old in &before {
+        assert!(after.contains(old), "a finished trial was run again: {old}");
+    }
+    db.close().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_run_resumes_sqlite() {
+    killed_run_resumes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_run_resumes_postgres() {
+    killed_run_resumes(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_enqueues_nothing() {
+    let server = model_server(Duration::ZERO).await;
+    let s = setup(&server, false, &["t1"]).await;
+    let cases: [(&[&str], &str); 3] = [
+        (&["--models", "good,nosuch"], "'nosuch'"),
+        (
+            &["--models", "good", "--trials", "0"],
+            "--trials must be at least 1",
+        ),
+        (&["--models", "good,good"], "names 'good' twice"),
+    ];
+    for (extra, expected) in cases {
+        let mut c = s.command(&[
+            "run",
+            "--tasks",
+            &s.tasks.join("*").display().to_string(),
+            "--sweep",
+            "bad",
+        ]);
+        c.args(extra);
+        let out = output(c);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(expected),
+            "{extra:?}: {}",
+            text(&out)
+        );
+    }
+    let out = output(s.command(&["run", "--tasks", "/nonexistent/*", "--models", "good"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = output(s.command(&["status"]));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no sweeps yet"),
+        "{}",
+        text(&out)
+    );
 }

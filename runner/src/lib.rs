@@ -22,9 +22,9 @@ pub mod repl;
 pub mod setup;
 /// Sweeps: planning, recording, resuming.
 pub mod sweep;
-/// The worker: runs queued trials to recorded results.
-pub mod worker;
 /// One eval trial: workspace, agent, grader, record.
 pub mod trial;
+/// The worker: runs queued trials to recorded results.
+pub mod worker;
 /// A trial's fresh workspace.
 pub mod workspace;

@@ -159,7 +159,12 @@ impl AgentTrials {
         }
     }
 
-    fn infra(job: &TrialJob, attempt: u32, digests: Option<&TaskDigests>, reason: String) -> TrialEnd {
+    fn infra(
+        job: &TrialJob,
+        attempt: u32,
+        digests: Option<&TaskDigests>,
+        reason: String,
+    ) -> TrialEnd {
         let mut record = Self::base_record(job, attempt, digests);
         record.infra_error = Some(reason.clone());
         TrialEnd::Infra {
@@ -185,7 +190,9 @@ impl AgentTrials {
             Ok(ws) => ws,
             Err(e) => return Self::infra(job, attempt, digests, e.to_string()),
         };
-        let agent = self.run_agent(task, &job.model, ws.path(), cancel.clone()).await;
+        let agent = self
+            .run_agent(task, &job.model, ws.path(), cancel.clone())
+            .await;
         let mut record = Self::base_record(job, attempt, digests);
         let run = match agent {
             Ok(AgentRun::Cancelled) => return TrialEnd::Cancelled,
@@ -215,7 +222,12 @@ impl AgentTrials {
             Verdict::Pass => record.pass = Some(true),
             Verdict::Fail => record.pass = Some(false),
             Verdict::GraderError => {
-                return Self::infra(job, attempt, digests, format!("grader error: {}", graded.reason));
+                return Self::infra(
+                    job,
+                    attempt,
+                    digests,
+                    format!("grader error: {}", graded.reason),
+                );
             }
         }
         TrialEnd::Graded(serde_json::to_string(&record).unwrap_or_default())
@@ -258,7 +270,14 @@ impl AgentTrials {
             .map_err(|e| format!("the agent could not run: {e}"))?;
         let stderr_tail = || {
             let text = output.stderr.text();
-            let tail: String = text.chars().rev().take(1500).collect::<Vec<_>>().into_iter().rev().collect();
+            let tail: String = text
+                .chars()
+                .rev()
+                .take(1500)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             tail.trim().to_string()
         };
         let code = match output.termination {
@@ -272,7 +291,10 @@ impl AgentTrials {
                 }));
             }
             Termination::Signaled(signal) => {
-                return Err(format!("the agent died from signal {signal}: {}", stderr_tail()));
+                return Err(format!(
+                    "the agent died from signal {signal}: {}",
+                    stderr_tail()
+                ));
             }
             Termination::Exited(code) => code,
         };
@@ -288,9 +310,18 @@ impl AgentTrials {
                 stderr_tail()
             ));
         };
-        let field = |name: &str| json.get(name).and_then(Value::as_str).unwrap_or("").to_string();
+        let field = |name: &str| {
+            json.get(name)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
         match code {
-            exit::DONE | exit::MAX_STEPS | exit::MAX_TOKENS | exit::REFUSED | exit::PROTOCOL_STOPPED => {}
+            exit::DONE
+            | exit::MAX_STEPS
+            | exit::MAX_TOKENS
+            | exit::REFUSED
+            | exit::PROTOCOL_STOPPED => {}
             exit::FAILED => {
                 if json.get("retryable").and_then(Value::as_bool) == Some(true) {
                     return Err(format!(
