@@ -68,6 +68,7 @@ struct SweepContext {
 /// The real trial handler.
 pub struct AgentTrials {
     db: Db,
+    workspaces: workspace::Workspaces,
     options: TrialOptions,
     sweeps: Mutex<HashMap<String, Arc<SweepContext>>>,
 }
@@ -76,6 +77,7 @@ impl AgentTrials {
     pub fn new(db: Db, options: TrialOptions) -> Self {
         Self {
             db,
+            workspaces: workspace::Workspaces::new(&options.workspaces),
             options,
             sweeps: Mutex::new(HashMap::new()),
         }
@@ -186,7 +188,10 @@ impl AgentTrials {
         let digests = Some(&local.digests);
         let task = &local.task;
         let label = format!("{}-{}-{}-a{attempt}", job.task, job.model, job.trial);
-        let ws = match workspace::prepare(&task.repo(), &self.options.workspaces, &label) {
+        let ws = match self
+            .workspaces
+            .prepare(&task.repo(), &local.digests.repo, &label)
+        {
             Ok(ws) => ws,
             Err(e) => return Self::infra(job, attempt, digests, e.to_string()),
         };

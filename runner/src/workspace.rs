@@ -4,6 +4,13 @@
 //! Regular files keep their executable bit, symlinks are copied as symlinks, `.git/` is left
 //! out. The commit is made with hooks off, no signing and a fixed identity, so nothing from
 //! the host's git configuration runs or leaks into it.
+//!
+//! Committing a repository costs one object file per file, so it is done once per repository
+//! content, in a **template** (`<root>/templates/<key>/`, made in a temp dir and renamed into
+//! place so concurrent workers share it). A trial's workspace is a copy of the template's
+//! files plus a small `.git/` of its own that borrows the template's objects through
+//! `objects/info/alternates` and starts from its index, branch and commit. The agent's new
+//! objects go to the workspace's own store; the template is only ever read.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,32 +54,118 @@ impl Workspace {
     }
 }
 
-/// Copies `repo` into a new directory under `under` and commits it.
-pub fn prepare(repo: &Path, under: &Path, label: &str) -> Result<Workspace, WorkspaceError> {
-    std::fs::create_dir_all(under).map_err(|e| WorkspaceError::Create {
-        under: under.to_path_buf(),
-        reason: e.to_string(),
-    })?;
-    let root = tempfile::Builder::new()
-        .prefix(&format!("{}-", sanitize(label)))
-        .tempdir_in(under)
-        .map_err(|e| WorkspaceError::Create {
-            under: under.to_path_buf(),
+/// Makes workspaces under one root, with a template per repository content.
+#[derive(Debug, Clone)]
+pub struct Workspaces {
+    root: PathBuf,
+}
+
+impl Workspaces {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A fresh workspace holding `repo`, committed. `key` names the repository's content
+    /// (e.g. its digest): the same key must mean the same content.
+    pub fn prepare(
+        &self,
+        repo: &Path,
+        key: &str,
+        label: &str,
+    ) -> Result<Workspace, WorkspaceError> {
+        let template = self.template(repo, key)?;
+        let root = tempfile::Builder::new()
+            .prefix(&format!("{}-", sanitize(label)))
+            .tempdir_in(&self.root)
+            .map_err(|e| WorkspaceError::Create {
+                under: self.root.clone(),
+                reason: e.to_string(),
+            })?;
+        let path = root.path().join("workspace");
+        copy_tree(&template.join("tree"), &path)?;
+        borrow_git(&template.join("tree/.git"), &path.join(".git"))?;
+        Ok(Workspace {
+            root: Some(root),
+            path,
+        })
+    }
+
+    /// The committed template of `repo` under `key`, made on first use.
+    fn template(&self, repo: &Path, key: &str) -> Result<PathBuf, WorkspaceError> {
+        let templates = self.root.join("templates");
+        let dir = templates.join(sanitize(key));
+        if dir.join("tree/.git/HEAD").is_file() {
+            return Ok(dir);
+        }
+        std::fs::create_dir_all(&templates).map_err(|e| WorkspaceError::Create {
+            under: templates.clone(),
             reason: e.to_string(),
         })?;
-    let path = root.path().join("workspace");
-    copy_tree(repo, &path)?;
-    git(&path, "init", &["init", "-q", "-b", "main"])?;
-    git(&path, "add", &["add", "-A"])?;
-    git(
-        &path,
-        "commit",
-        &["commit", "-q", "--no-verify", "-m", "task repository"],
-    )?;
-    Ok(Workspace {
-        root: Some(root),
-        path,
-    })
+        let staging = tempfile::Builder::new()
+            .prefix(".staging-")
+            .tempdir_in(&templates)
+            .map_err(|e| WorkspaceError::Create {
+                under: templates.clone(),
+                reason: e.to_string(),
+            })?;
+        let tree = staging.path().join("tree");
+        copy_tree(repo, &tree)?;
+        git(&tree, "init", &["init", "-q", "-b", "main"])?;
+        git(&tree, "add", &["add", "-A"])?;
+        git(
+            &tree,
+            "commit",
+            &["commit", "-q", "--no-verify", "-m", "task repository"],
+        )?;
+        // Another worker may have won the race; its template is as good as ours.
+        match std::fs::rename(staging.path(), &dir) {
+            Ok(()) => {
+                let _ = staging.keep();
+                Ok(dir)
+            }
+            Err(_) if dir.join("tree/.git/HEAD").is_file() => Ok(dir),
+            Err(e) => Err(WorkspaceError::Create {
+                under: dir,
+                reason: e.to_string(),
+            }),
+        }
+    }
+}
+
+/// A `.git/` at `to` that starts where the template's does, borrowing its objects.
+fn borrow_git(template: &Path, to: &Path) -> Result<(), WorkspaceError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| WorkspaceError::Copy { path, source }
+    };
+    let head = std::fs::read_to_string(template.join("refs/heads/main")).map_err(io(template))?;
+    for dir in ["objects/info", "objects/pack", "refs/heads", "refs/tags"] {
+        std::fs::create_dir_all(to.join(dir)).map_err(io(to))?;
+    }
+    let objects = template.join("objects");
+    let files: [(&str, String); 4] = [
+        ("HEAD", "ref: refs/heads/main\n".into()),
+        (
+            "config",
+            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\
+             \tlogallrefupdates = true\n[gc]\n\tauto = 0\n"
+                .into(),
+        ),
+        ("refs/heads/main", head),
+        (
+            "objects/info/alternates",
+            format!("{}\n", objects.display()),
+        ),
+    ];
+    for (name, content) in files {
+        std::fs::write(to.join(name), content).map_err(io(&to.join(name)))?;
+    }
+    std::fs::copy(template.join("index"), to.join("index")).map_err(io(&template.join("index")))?;
+    Ok(())
 }
 
 fn sanitize(label: &str) -> String {
@@ -180,7 +273,8 @@ mod tests {
         .unwrap();
         std::os::unix::fs::symlink("src/lib.rs", src.path().join("link")).unwrap();
         let under = tempfile::tempdir().unwrap();
-        let ws = prepare(src.path(), under.path(), "t/1").unwrap();
+        let workspaces = Workspaces::new(under.path());
+        let ws = workspaces.prepare(src.path(), "digest1", "t/1").unwrap();
         let p = ws.path().to_path_buf();
         assert_eq!(
             std::fs::read_to_string(p.join("src/lib.rs")).unwrap(),
@@ -215,5 +309,66 @@ mod tests {
         );
         drop(ws);
         assert!(!p.exists(), "removed on drop");
+    }
+
+    fn git_out(dir: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn workspaces_share_a_template_but_not_their_changes() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
+        let under = tempfile::tempdir().unwrap();
+        let workspaces = Workspaces::new(under.path());
+        let first = workspaces.prepare(src.path(), "k", "x").unwrap();
+        let second = workspaces.prepare(src.path(), "k", "x").unwrap();
+        // The agent edits and commits in the first; the second and the template see nothing.
+        std::fs::write(first.path().join("a.txt"), "two\n").unwrap();
+        assert!(git_out(first.path(), &["diff", "--stat"]).contains("1 file changed"));
+        git_out(
+            first.path(),
+            &[
+                "-c",
+                "user.name=a",
+                "-c",
+                "user.email=a@b",
+                "commit",
+                "-qam",
+                "agent",
+            ],
+        );
+        assert_eq!(
+            git_out(first.path(), &["log", "--oneline"]).lines().count(),
+            2
+        );
+        assert!(git_out(second.path(), &["status", "--porcelain"]).is_empty());
+        assert_eq!(
+            git_out(second.path(), &["log", "--oneline"])
+                .lines()
+                .count(),
+            1
+        );
+        assert_eq!(
+            std::fs::read_to_string(second.path().join("a.txt")).unwrap(),
+            "one\n"
+        );
+        let template = under.path().join("templates/k/tree");
+        assert_eq!(
+            git_out(&template, &["log", "--oneline"]).lines().count(),
+            1,
+            "the template is untouched"
+        );
+        git_out(first.path(), &["fsck", "--no-progress"]);
     }
 }
