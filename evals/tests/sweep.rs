@@ -10,76 +10,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anvil_runner::queue::{self, Db, QueueLocation, TrialState};
 use serde_json::{Value, json};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::MockServer;
+
+mod support;
+
+use support::{model_server, task};
 
 const EVALS: &str = env!("CARGO_BIN_EXE_anvil-evals");
-
-// ---- the model server -----------------------------------------------------------------------
-
-fn sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect()
-}
-
-fn text_answer(text: &str) -> String {
-    sse(&[
-        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
-        json!({"type": "message_stop"}),
-    ])
-}
-
-fn write_answer() -> String {
-    let input = json!({"file_path": "answer.txt", "content": "42\n"});
-    sse(&[
-        json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_write_1", "name": "write_file", "input": {}}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
-        json!({"type": "message_stop"}),
-    ])
-}
-
-struct Models {
-    /// Delay of each trial's first answer.
-    delay: Duration,
-}
-
-impl Respond for Models {
-    fn respond(&self, request: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-        let model = body["model"].as_str().unwrap_or("");
-        let after_tool = body.to_string().contains("\"tool_result\"");
-        let answer = match (model, after_tool) {
-            ("claude-good", false) => write_answer(),
-            ("claude-good", true) => text_answer("I wrote answer.txt."),
-            _ => text_answer("I cannot work out the answer."),
-        };
-        let delay = if after_tool {
-            Duration::ZERO
-        } else {
-            self.delay
-        };
-        ResponseTemplate::new(200)
-            .insert_header("content-type", "text/event-stream")
-            .set_body_string(answer)
-            .set_delay(delay)
-    }
-}
-
-// ---- the machine: config, tasks, queue -------------------------------------------------------
 
 struct Setup {
     home: tempfile::TempDir,
@@ -87,40 +30,11 @@ struct Setup {
     tasks: PathBuf,
 }
 
-fn task(root: &Path, name: &str) {
-    let dir = root.join(name);
-    std::fs::create_dir_all(dir.join("repo")).unwrap();
-    std::fs::create_dir_all(dir.join("grader")).unwrap();
-    std::fs::create_dir_all(dir.join("solution")).unwrap();
-    std::fs::write(
-        dir.join("repo/README.md"),
-        format!("# {name}\nPut the answer in answer.txt.\n"),
-    )
-    .unwrap();
-    std::fs::write(dir.join("solution/answer.txt"), "42\n").unwrap();
-    std::fs::write(dir.join("grader/check.sh"), "grep -qx 42 answer.txt\n").unwrap();
-    std::fs::write(
-        dir.join("task.toml"),
-        format!(
-            "name = \"{name}\"\nprompt = \"Write the answer to answer.txt.\"\nmax_steps = 5\ntimeout_secs = 120\npermission_mode = \"bypass\"\n\n[check]\nscript = \"check.sh\"\ntimeout_secs = 30\n"
-        ),
-    )
-    .unwrap();
-}
-
 async fn setup(server: &MockServer, postgres: bool, tasks: &[&str]) -> Setup {
     let home = tempfile::tempdir().unwrap();
     let cfg = home.path().join("cfg/anvil");
     std::fs::create_dir_all(&cfg).unwrap();
-    std::fs::write(
-        cfg.join("config.toml"),
-        format!(
-            "default_model = \"good\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n\
-             [models.good]\nprovider = \"mock\"\nmodel = \"claude-good\"\n\n[models.bad]\nprovider = \"mock\"\nmodel = \"claude-bad\"\n",
-            server.uri()
-        ),
-    )
-    .unwrap();
+    std::fs::write(cfg.join("config.toml"), support::config(server)).unwrap();
     let tasks_dir = home.path().join("tasks");
     for t in tasks {
         task(&tasks_dir, t);
@@ -210,15 +124,6 @@ where
         assert!(started.elapsed() < limit, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-async fn model_server(delay: Duration) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(wiremock::matchers::method("POST"))
-        .respond_with(Models { delay })
-        .mount(&server)
-        .await;
-    server
 }
 
 fn records(s: &Setup, sweep: &str) -> Vec<Value> {

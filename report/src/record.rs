@@ -14,6 +14,8 @@
 //! - `cost_usd` with `accounting`: `reported` / `estimated` / `unknown` (unknown cost is `null`,
 //!   never 0)
 //! - `duration_ms`, `session_path`
+//! - `agent_ms`, `check_ms` (optional): the agent's run and the grader's check, within
+//!   `duration_ms`; the rest is the harness (workspace, grading copy, bookkeeping)
 //! - `digests`: `task`, `repo`, `grader`, `dependencies` (sha256, hex), `model_config`
 //! - `anvil_git_sha`
 
@@ -68,6 +70,12 @@ pub struct TrialRecord {
     pub cost_usd: Option<f64>,
     pub accounting: Accounting,
     pub duration_ms: u64,
+    /// The agent's run (process start to exit), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_ms: Option<u64>,
+    /// The grader's check process, when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_ms: Option<u64>,
     pub session_path: Option<String>,
     pub digests: Digests,
     pub anvil_git_sha: String,

@@ -35,6 +35,8 @@ fn record(
             Accounting::Unknown
         },
         duration_ms: 1000 * u64::from(trial + 1),
+        agent_ms: None,
+        check_ms: None,
         session_path: None,
         digests: Digests::default(),
         anvil_git_sha: "abc".into(),

@@ -147,6 +147,8 @@ impl AgentTrials {
             cost_usd: None,
             accounting: Accounting::Unknown,
             duration_ms: 0,
+            agent_ms: None,
+            check_ms: None,
             session_path: None,
             digests: digests
                 .map(|d| Digests {
@@ -195,9 +197,11 @@ impl AgentTrials {
             Ok(ws) => ws,
             Err(e) => return Self::infra(job, attempt, digests, e.to_string()),
         };
+        let agent_started = Instant::now();
         let agent = self
             .run_agent(task, &job.model, ws.path(), cancel.clone())
             .await;
+        let agent_ms = agent_started.elapsed().as_millis() as u64;
         let mut record = Self::base_record(job, attempt, digests);
         let run = match agent {
             Ok(AgentRun::Cancelled) => return TrialEnd::Cancelled,
@@ -207,6 +211,7 @@ impl AgentTrials {
                 return Self::infra(job, attempt, digests, reason);
             }
         };
+        record.agent_ms = Some(agent_ms);
         record.outcome = Some(run.outcome.clone());
         record.steps = run.steps;
         record.tokens = run.tokens;
@@ -216,6 +221,7 @@ impl AgentTrials {
         }
         let graded = grade(task, ws.path(), &self.options.grade).await;
         record.duration_ms = started.elapsed().as_millis() as u64;
+        record.check_ms = Some(graded.duration_ms);
         let kept = if self.options.keep_workspaces {
             Some(ws.keep())
         } else {

@@ -1,0 +1,110 @@
+//! A model server for sweeps: wiremock answering in the Anthropic wire format as two
+//! "models" (`claude-good` writes answer.txt holding 42, `claude-bad` never does), a config
+//! naming them, and tasks whose check wants that answer. Shared by the sweep tests and the
+//! sweep benchmark.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+fn sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+fn text_answer(text: &str) -> String {
+    sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+fn write_answer() -> String {
+    let input = json!({"file_path": "answer.txt", "content": "42\n"});
+    sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_write_1", "name": "write_file", "input": {}}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+        json!({"type": "message_stop"}),
+    ])
+}
+
+pub struct Models {
+    /// Delay of each trial's first answer.
+    pub delay: Duration,
+}
+
+impl Respond for Models {
+    fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let model = body["model"].as_str().unwrap_or("");
+        let after_tool = body.to_string().contains("\"tool_result\"");
+        let answer = match (model, after_tool) {
+            ("claude-good", false) => write_answer(),
+            ("claude-good", true) => text_answer("I wrote answer.txt."),
+            _ => text_answer("I cannot work out the answer."),
+        };
+        let delay = if after_tool {
+            Duration::ZERO
+        } else {
+            self.delay
+        };
+        ResponseTemplate::new(200)
+            .insert_header("content-type", "text/event-stream")
+            .set_body_string(answer)
+            .set_delay(delay)
+    }
+}
+
+// ---- the machine: config, tasks, queue -------------------------------------------------------
+
+/// The config of a home whose models are served by `server`: aliases `good` and `bad`.
+pub fn config(server: &MockServer) -> String {
+    format!(
+        "default_model = \"good\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n\
+         [models.good]\nprovider = \"mock\"\nmodel = \"claude-good\"\n\n[models.bad]\nprovider = \"mock\"\nmodel = \"claude-bad\"\n",
+        server.uri()
+    )
+}
+
+pub fn task(root: &Path, name: &str) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(dir.join("repo")).unwrap();
+    std::fs::create_dir_all(dir.join("grader")).unwrap();
+    std::fs::create_dir_all(dir.join("solution")).unwrap();
+    std::fs::write(
+        dir.join("repo/README.md"),
+        format!("# {name}\nPut the answer in answer.txt.\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("solution/answer.txt"), "42\n").unwrap();
+    std::fs::write(dir.join("grader/check.sh"), "grep -qx 42 answer.txt\n").unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!(
+            "name = \"{name}\"\nprompt = \"Write the answer to answer.txt.\"\nmax_steps = 5\ntimeout_secs = 120\npermission_mode = \"bypass\"\n\n[check]\nscript = \"check.sh\"\ntimeout_secs = 30\n"
+        ),
+    )
+    .unwrap();
+}
+
+pub async fn model_server(delay: Duration) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(wiremock::matchers::method("POST"))
+        .respond_with(Models { delay })
+        .mount(&server)
+        .await;
+    server
+}
