@@ -112,8 +112,9 @@ pub async fn open(queue: Option<&str>, connections: u32) -> Result<(Db, QueueLoc
     Ok((db, location))
 }
 
-/// Checks that every model resolves from the user's config on this machine.
-fn check_models(models: &[String]) -> Result<()> {
+/// Checks that every model resolves from the user's config on this machine; returns each
+/// one's config digest.
+fn check_models(models: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
     use anvil_llm::config::{Config, ConfigFile, user_config_path};
     let user = match user_config_path() {
         Some(path) => ConfigFile::load(&path)?.map(|f| (path, f)),
@@ -121,12 +122,14 @@ fn check_models(models: &[String]) -> Result<()> {
     };
     let config = Config::merge(user, None, false)?;
     let registry = anvil_llm::registry::Registry::new(config);
+    let mut digests = std::collections::BTreeMap::new();
     for model in models {
-        registry
+        let resolved = registry
             .resolve(model)
             .map_err(|e| anyhow!("--models: '{model}': {e}"))?;
+        digests.insert(model.clone(), resolved.config_digest);
     }
-    Ok(())
+    Ok(digests)
 }
 
 #[derive(Debug, Clone, clap::Args)]

@@ -415,3 +415,70 @@ async fn bad_input_enqueues_nothing() {
         text(&out)
     );
 }
+
+/// `anvil-evals cancel` while a worker runs a trial: the running trial is killed, queued ones
+/// are skipped, and the sweep reads as cancelled.
+async fn cancel_stops_a_sweep(postgres: bool) {
+    let server = model_server(Duration::from_secs(600)).await;
+    let s = setup(&server, postgres, &["t1"]).await;
+    let mut args = s.run_args("stop");
+    args.extend(["--trials", "3", "--detach"].map(String::from));
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut w = spawn(s.command(&["worker", "--concurrency", "1", "--heartbeat-secs", "1"]));
+    let db = s.db().await;
+    wait_for("a running trial", Duration::from_secs(60), || async {
+        !db.running(Some("stop")).await.unwrap().is_empty()
+    })
+    .await;
+    let out = output(s.command(&["cancel", "--sweep", "stop"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("6 unfinished trials stopped"),
+        "{}",
+        text(&out)
+    );
+    // The running trial's agent (waiting on a 600 s answer) is killed within seconds, and the
+    // worker goes on to drain the queued jobs without running them.
+    wait_for("the queue to drain", Duration::from_secs(30), || async {
+        db.running(Some("stop")).await.unwrap().is_empty() && db.queue_depth().await.unwrap() == 0
+    })
+    .await;
+    let requests = server.received_requests().await.unwrap().len();
+    assert_eq!(requests, 1, "only the first trial ever reached the model");
+    let counts = db.counts("stop").await.unwrap();
+    assert_eq!(
+        counts.get(TrialState::Cancelled),
+        6,
+        "1 task × 2 models × 3 trials: {counts:?}"
+    );
+    let out = output(s.command(&["status", "--sweep", "stop"]));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("(cancelled)"),
+        "{}",
+        text(&out)
+    );
+    // Running it again is refused.
+    let mut again = s.run_args("stop");
+    again.extend(["--trials", "3"].map(String::from));
+    let out = output(s.command(&again.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("was cancelled"),
+        "{}",
+        text(&out)
+    );
+    kill9(&mut w);
+    db.close().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_sqlite() {
+    cancel_stops_a_sweep(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_postgres() {
+    cancel_stops_a_sweep(true).await;
+}

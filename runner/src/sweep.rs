@@ -28,6 +28,10 @@ pub struct SweepSpec {
     pub tasks: Vec<SweepTask>,
     /// Model aliases from the config.
     pub models: Vec<String>,
+    /// Each model's config digest (protocol, endpoint, model id, limits) where the sweep was
+    /// started; each record also carries the digest its worker resolved.
+    #[serde(default)]
+    pub model_configs: std::collections::BTreeMap<String, String>,
     pub trials: u32,
     /// Attempts per trial, infrastructure retries included.
     pub max_attempts: u32,
@@ -94,6 +98,7 @@ impl SweepSpec {
         Ok(SweepSpec {
             tasks,
             models,
+            model_configs: Default::default(),
             trials,
             max_attempts,
         })
@@ -104,6 +109,7 @@ impl SweepSpec {
         let identity = serde_json::json!({
             "tasks": self.tasks.iter().map(|t| (&t.name, &t.digests)).collect::<Vec<_>>(),
             "models": self.models,
+            "model_configs": self.model_configs,
             "trials": self.trials,
         });
         let hash = Sha256::digest(identity.to_string().as_bytes());
@@ -146,6 +152,17 @@ impl SweepSpec {
                 self.models.join(","),
                 stored.models.join(",")
             ));
+        }
+        for (model, digest) in &self.model_configs {
+            if stored
+                .model_configs
+                .get(model)
+                .is_some_and(|old| old != digest)
+            {
+                out.push(format!(
+                    "model {model}'s config changed (endpoint, model id or limits)"
+                ));
+            }
         }
         if self.trials != stored.trials {
             out.push(format!(
@@ -302,6 +319,7 @@ mod tests {
                 },
             }],
             models: vec!["m".into()],
+            model_configs: [("m".to_string(), "c1".to_string())].into(),
             trials: 3,
             max_attempts: 3,
         }
@@ -318,6 +336,18 @@ mod tests {
             old.fingerprint(),
             more.fingerprint(),
             "retry limits may change"
+        );
+    }
+
+    #[test]
+    fn a_changed_model_config_is_named() {
+        let old = spec("g");
+        let mut new = spec("g");
+        new.model_configs.insert("m".into(), "c2".into());
+        assert_ne!(old.fingerprint(), new.fingerprint());
+        assert_eq!(
+            new.difference(&old),
+            "model m's config changed (endpoint, model id or limits)"
         );
     }
 

@@ -54,20 +54,35 @@ impl TrialJob {
     }
 }
 
-/// The idempotency keys of every trial job ever pushed.
-async fn existing_keys(db: &Db) -> Result<std::collections::HashSet<String>, QueueError> {
+/// The idempotency keys of the trial jobs of `sweep` already pushed.
+async fn existing_keys(
+    db: &Db,
+    sweep: &str,
+) -> Result<std::collections::HashSet<String>, QueueError> {
+    let prefix = format!("{sweep}\u{1f}");
+    let chars = prefix.chars().count() as i32;
     let rows: Vec<(Option<String>,)> = match db {
         Db::Sqlite(pool) => {
-            sqlx::query_as("SELECT idempotency_key FROM Jobs WHERE job_type = $1")
-                .bind(QUEUE_NAME)
-                .fetch_all(pool)
-                .await
+            sqlx::query_as(
+                "SELECT idempotency_key FROM Jobs WHERE job_type = $1 \
+                 AND substr(idempotency_key, 1, $3) = $2",
+            )
+            .bind(QUEUE_NAME)
+            .bind(&prefix)
+            .bind(chars)
+            .fetch_all(pool)
+            .await
         }
         Db::Postgres(pool) => {
-            sqlx::query_as("SELECT idempotency_key FROM apalis.jobs WHERE job_type = $1")
-                .bind(QUEUE_NAME)
-                .fetch_all(pool)
-                .await
+            sqlx::query_as(
+                "SELECT idempotency_key FROM apalis.jobs WHERE job_type = $1 \
+                 AND substr(idempotency_key, 1, $3) = $2",
+            )
+            .bind(QUEUE_NAME)
+            .bind(&prefix)
+            .bind(chars)
+            .fetch_all(pool)
+            .await
         }
     }
     .map_err(QueueError::sql("reading the queued jobs"))?;
@@ -89,7 +104,7 @@ pub(crate) fn postgres_config() -> apalis_postgres::Config {
 /// trial; the idempotency key would refuse a duplicate anyway, on Postgres with an error).
 pub async fn enqueue(db: &Db, keys: &[TrialKey], max_attempts: u32) -> Result<(), QueueError> {
     let sweep = keys.first().map(|k| k.sweep.clone()).unwrap_or_default();
-    let existing = existing_keys(db).await?;
+    let existing = existing_keys(db, &sweep).await?;
     let tasks = keys.iter().filter_map(|key| {
         let job = TrialJob::new(key, max_attempts);
         let idempotency = job.idempotency_key();
