@@ -300,6 +300,41 @@ async fn a_host_unix_socket_cannot_be_reached() {
 }
 
 #[tokio::test]
+async fn a_host_unix_datagram_socket_cannot_be_reached() {
+    // /dev/log-style: an unconnected datagram socket can send with an address, no connect().
+    let b = setup();
+    let path = b.outside.join("log.sock");
+    let receiver = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
+    receiver.set_nonblocking(true).unwrap();
+    let out = run(
+        &b,
+        OFF,
+        &format!(
+            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'escaped', '{}'); print('DGRAM-SENT')\" 2>&1 || echo DGRAM-BLOCKED",
+            path.display()
+        ),
+    )
+    .await;
+    assert!(
+        out.contains("DGRAM-BLOCKED") && !out.contains("DGRAM-SENT"),
+        "{out}"
+    );
+    let mut buf = [0u8; 64];
+    assert!(
+        receiver.recv(&mut buf).is_err(),
+        "a datagram reached the host's Unix socket"
+    );
+    // A datagram socketpair between the command's own processes still works.
+    let out = run(
+        &b,
+        OFF,
+        "python3 -c \"import socket; a,b=socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); a.send(b'pair-ok'); print(b.recv(16).decode())\"",
+    )
+    .await;
+    assert!(out.contains("pair-ok"), "{out}");
+}
+
+#[tokio::test]
 async fn git_init_in_a_workspace_without_git_is_refused_and_leaves_nothing_behind() {
     let b = setup();
     std::fs::remove_dir_all(b.workspace.join(".git")).unwrap();

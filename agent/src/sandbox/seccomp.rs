@@ -2,10 +2,14 @@
 //! reach host daemons over filesystem Unix sockets (Postgres, Docker, the session bus — verified
 //! on this machine), so the filter refuses, with EPERM:
 //! - `socket` for any family but AF_UNIX (no IP, netlink, packet sockets);
+//! - `socket(AF_UNIX, SOCK_DGRAM)`: an unconnected datagram socket needs no `connect` to reach
+//!   a host daemon — `sendto`/`sendmsg` name the address (`/dev/log`, `$NOTIFY_SOCKET`), and
+//!   seccomp cannot look inside `sendmsg`'s message — so such sockets are not created at all;
 //! - `connect`, `bind` and `listen` (no talking to a host daemon's socket, no servers);
 //! - io_uring, which can issue those operations without the syscalls above.
 //!
-//! `socketpair` stays allowed: pipes between processes of the command keep working.
+//! `socketpair` stays allowed (datagram pairs included): pipes between processes of the command
+//! keep working.
 
 use std::collections::BTreeMap;
 use std::io::{Seek, Write};
@@ -37,8 +41,27 @@ pub fn no_network_program() -> Result<BpfProgram, String> {
         .map_err(fail)?,
     ])
     .map_err(fail)?;
+    // The type argument carries SOCK_NONBLOCK / SOCK_CLOEXEC above the low type bits.
+    const SOCK_TYPE_MASK: u64 = 0xf;
+    let unix_datagram = SeccompRule::new(vec![
+        SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            libc::AF_UNIX as u64,
+        )
+        .map_err(fail)?,
+        SeccompCondition::new(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+            libc::SOCK_DGRAM as u64,
+        )
+        .map_err(fail)?,
+    ])
+    .map_err(fail)?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    rules.insert(libc::SYS_socket, vec![not_unix]);
+    rules.insert(libc::SYS_socket, vec![not_unix, unix_datagram]);
     for always in [
         libc::SYS_connect,
         libc::SYS_bind,
