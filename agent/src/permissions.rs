@@ -16,7 +16,9 @@
 //! outside the workspace, which need a separate grant no allow rule or mode provides; ask rules;
 //! allow rules (session rules included) — for bash, *every* command of a compound line must be
 //! allowed, and a line with command substitution is never allowed by a rule; finally the mode's
-//! default. Unknown effects are treated as writes.
+//! default. A tool whose effects are unknown (`Effects::unknown`, e.g. an MCP tool) is judged as
+//! doing anything: plan mode denies it, and short of bypass only an allow rule naming it lets
+//! it run without asking.
 
 use std::path::PathBuf;
 
@@ -346,6 +348,14 @@ impl Policy {
                 reason: format!("the command uses {}, which rules cannot judge", why.0),
             },
             (PermissionMode::Bypass, _) => Decision::Allow,
+            (PermissionMode::Plan, _) if effects.unknown => Decision::Deny {
+                reason: "plan mode allows only reading; what this tool does is unknown".into(),
+            },
+            (_, _) if effects.unknown => Decision::Ask {
+                reason: format!(
+                    "what {name} does is unknown; approve it, or allow it with a rule such as `{name}`"
+                ),
+            },
             (_, _) if read_only => Decision::Allow,
             (PermissionMode::AcceptEdits, _) if edit_only => Decision::Allow,
             (PermissionMode::Plan, _) => Decision::Deny {

@@ -18,6 +18,10 @@ pub struct Effects {
     pub subprocess: bool,
     /// Talks to the network.
     pub network: bool,
+    /// What the call does cannot be known (a tool from an MCP server, a tool that declares
+    /// nothing): judged as doing anything, and never allowed by a mode's default short of
+    /// bypass — only by a rule naming it.
+    pub unknown: bool,
 }
 
 impl Effects {
@@ -25,17 +29,27 @@ impl Effects {
         writes: false,
         subprocess: false,
         network: false,
+        unknown: false,
     };
     pub const WRITES: Effects = Effects {
         writes: true,
         subprocess: false,
         network: false,
+        unknown: false,
     };
     /// A subprocess can write and reach the network unless a sandbox says otherwise.
     pub const SUBPROCESS: Effects = Effects {
         writes: true,
         subprocess: true,
         network: true,
+        unknown: false,
+    };
+    /// Anything at all (see [`Effects::unknown`]).
+    pub const UNKNOWN: Effects = Effects {
+        writes: true,
+        subprocess: true,
+        network: true,
+        unknown: true,
     };
 
     pub fn is_read_only(self) -> bool {

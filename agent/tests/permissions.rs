@@ -195,6 +195,43 @@ fn the_decision_order_of_the_boundary_contract() {
 }
 
 #[test]
+fn unknown_effects_are_never_allowed_by_a_mode_default() {
+    let mcp = fake("mcp__srv__frobnicate", Effects::UNKNOWN, "x");
+    let call = json!({"x": "anything"});
+    for (mode, expected) in [
+        (PermissionMode::Plan, "deny"),
+        (PermissionMode::Default, "ask"),
+        (PermissionMode::AcceptEdits, "ask"),
+        (PermissionMode::Bypass, "allow"),
+    ] {
+        let d = policy(mode, &[], &[]).decide(&mcp, &call);
+        assert_eq!(kind(&d), expected, "{mode:?}: {d:?}");
+    }
+    // A rule naming the tool allows it; plan mode still wins, a deny still wins.
+    assert_eq!(
+        kind(&policy(PermissionMode::Default, &["mcp__srv__*"], &[]).decide(&mcp, &call)),
+        "allow"
+    );
+    assert_eq!(
+        kind(&policy(PermissionMode::Plan, &["mcp__srv__*"], &[]).decide(&mcp, &call)),
+        "deny"
+    );
+    assert_eq!(
+        kind(&policy(PermissionMode::Bypass, &[], &["mcp__srv__frobnicate"]).decide(&mcp, &call)),
+        "deny"
+    );
+    let Decision::Ask { reason } =
+        policy(PermissionMode::AcceptEdits, &[], &[]).decide(&mcp, &call)
+    else {
+        unreachable!()
+    };
+    assert!(
+        reason.contains("unknown") && reason.contains("mcp__srv__frobnicate"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn tool_selectors_match_names_not_unrelated_servers() {
     let p = policy(
         PermissionMode::Default,
