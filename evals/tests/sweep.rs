@@ -164,6 +164,15 @@ async fn full_sweep_reports_exact_pass_rates(postgres: bool) {
             64,
             "{r}"
         );
+        if expected {
+            // Two answers of 40 input tokens, 9 + 5 output, at $3 / $15 per million.
+            let cost = r["cost_usd"].as_f64().unwrap();
+            assert!((cost - 0.00045).abs() < 1e-12, "{r}");
+            assert_eq!(r["accounting"], "reported", "{r}");
+        } else {
+            assert!(r["cost_usd"].is_null(), "no pricing, no cost: {r}");
+            assert_eq!(r["accounting"], "unknown", "{r}");
+        }
     }
     assert_eq!(
         recs.iter()

@@ -104,6 +104,18 @@ pub struct Pricing {
     pub cache_write: f64,
 }
 
+impl Pricing {
+    /// The cost in USD of `usage` (uncached input, output, cache reads and writes, each at its
+    /// own price).
+    pub fn cost(&self, usage: &crate::stream::Usage) -> f64 {
+        let per = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
+        per(usage.input, self.input)
+            + per(usage.output, self.output)
+            + per(usage.cache_read, self.cache_read)
+            + per(usage.cache_write, self.cache_write)
+    }
+}
+
 /// One `[models.ALIAS]` table.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -639,6 +651,14 @@ model = "qwen3:8b"
         assert_eq!(f.providers["ollama"].kind, Protocol::OpenaiChat);
         assert_eq!(f.models["local"].pricing, None);
         assert_eq!(f.models["sonnet"].pricing.unwrap().cache_write, 3.75);
+        let usage = crate::stream::Usage {
+            input: 1_000_000,
+            output: 100_000,
+            cache_read: 2_000_000,
+            cache_write: 0,
+        };
+        let cost = f.models["sonnet"].pricing.unwrap().cost(&usage);
+        assert!((cost - (3.0 + 1.5 + 0.6)).abs() < 1e-9, "{cost}");
     }
 
     #[test]

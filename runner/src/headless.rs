@@ -98,6 +98,20 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 "model_id": session.model.model,
                 "config_digest": session.model.config_digest,
             });
+            // Cost: known only with pricing; a turn that failed mid-stream may have used more
+            // than was reported, so its cost is an estimate (a lower bound), never a known 0.
+            let (cost, accounting) = match session.model.pricing {
+                None => (None, "unknown"),
+                Some(p) => {
+                    let failed = matches!(outcome, TurnOutcome::Failed { .. });
+                    (
+                        Some(p.cost(&summary.usage)),
+                        if failed { "estimated" } else { "reported" },
+                    )
+                }
+            };
+            object["cost_usd"] = json!(cost);
+            object["accounting"] = json!(accounting);
             match &outcome {
                 TurnOutcome::Failed { error, retryable } => {
                     object["error"] = json!(error);

@@ -216,6 +216,8 @@ impl AgentTrials {
         record.steps = run.steps;
         record.tokens = run.tokens;
         record.digests.model_config = run.model_config;
+        record.cost_usd = run.cost_usd;
+        record.accounting = run.accounting;
         if cancel.is_cancelled() {
             return TrialEnd::Cancelled;
         }
@@ -299,6 +301,8 @@ impl AgentTrials {
                     steps: 0,
                     tokens: Tokens::default(),
                     model_config: String::new(),
+                    cost_usd: None,
+                    accounting: Accounting::Unknown,
                 }));
             }
             Termination::Signaled(signal) => {
@@ -361,6 +365,12 @@ impl AgentTrials {
                 cache_write: n("cache_write"),
             },
             model_config: field("config_digest"),
+            cost_usd: json.get("cost_usd").and_then(Value::as_f64),
+            accounting: match json.get("accounting").and_then(Value::as_str) {
+                Some("reported") => Accounting::Reported,
+                Some("estimated") => Accounting::Estimated,
+                _ => Accounting::Unknown,
+            },
         }))
     }
 }
@@ -383,6 +393,8 @@ struct Finished {
     steps: u32,
     tokens: Tokens,
     model_config: String,
+    cost_usd: Option<f64>,
+    accounting: Accounting,
 }
 
 #[async_trait::async_trait]

@@ -74,7 +74,7 @@ impl Respond for Models {
 pub fn config(server: &MockServer) -> String {
     format!(
         "default_model = \"good\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n\
-         [models.good]\nprovider = \"mock\"\nmodel = \"claude-good\"\n\n[models.bad]\nprovider = \"mock\"\nmodel = \"claude-bad\"\n",
+         [models.good]\nprovider = \"mock\"\nmodel = \"claude-good\"\npricing = {{ input = 3.0, output = 15.0 }}\n\n[models.bad]\nprovider = \"mock\"\nmodel = \"claude-bad\"\n",
         server.uri()
     )
 }
