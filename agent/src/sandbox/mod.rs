@@ -9,7 +9,7 @@ pub mod bwrap;
 pub mod seatbelt;
 pub mod seccomp;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What a sandboxed process may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +93,33 @@ pub enum SandboxError {
          running with your full rights, start anvil with --sandbox full-access"
     )]
     Broken(String),
+    #[error(
+        "the sandbox is unavailable: {0}. anvil confines commands on macOS with \
+         /usr/bin/sandbox-exec (part of the system) — or, if you accept commands running with \
+         your full rights, start anvil with --sandbox full-access"
+    )]
+    Seatbelt(String),
+}
+
+/// The OS mechanism that confines commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// bubblewrap + seccomp (Linux): the bwrap found on PATH, or none (every call then fails
+    /// closed).
+    Bubblewrap(Option<PathBuf>),
+    /// Seatbelt (macOS): `/usr/bin/sandbox-exec` with a generated profile.
+    Seatbelt,
+}
+
+impl Backend {
+    /// The backend of the platform anvil runs on.
+    pub fn detect() -> Backend {
+        if cfg!(target_os = "macos") {
+            Backend::Seatbelt
+        } else {
+            Backend::Bubblewrap(bwrap::find())
+        }
+    }
 }
 
 /// A session's sandbox: the policy, the workspace it opens, and the backend. The first use
@@ -103,18 +130,19 @@ pub struct Sandbox {
     policy: SandboxPolicy,
     workspace: PathBuf,
     home: Option<PathBuf>,
-    bwrap: Option<PathBuf>,
+    backend: Backend,
     probe: std::sync::OnceLock<Result<(), SandboxError>>,
 }
 
 impl Sandbox {
-    /// `policy` over `workspace`, with bubblewrap from PATH and the user's HOME.
+    /// `policy` over `workspace`, with the platform's backend (bubblewrap from PATH on Linux,
+    /// sandbox-exec on macOS) and the user's HOME.
     pub fn new(policy: SandboxPolicy, workspace: impl Into<PathBuf>) -> Self {
         Self {
             policy,
             workspace: workspace.into(),
             home: std::env::var_os("HOME").map(PathBuf::from),
-            bwrap: bwrap::find(),
+            backend: Backend::detect(),
             probe: std::sync::OnceLock::new(),
         }
     }
@@ -127,8 +155,18 @@ impl Sandbox {
 
     /// Uses this bubblewrap (or none: every sandboxed call then fails closed).
     pub fn with_bwrap(mut self, bwrap: Option<PathBuf>) -> Self {
-        self.bwrap = bwrap;
+        self.backend = Backend::Bubblewrap(bwrap);
         self
+    }
+
+    /// Uses this backend.
+    pub fn with_backend(mut self, backend: Backend) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
     }
 
     pub fn policy(&self) -> SandboxPolicy {
@@ -171,8 +209,10 @@ impl Sandbox {
         if self.policy == SandboxPolicy::FullAccess {
             return Ok((spec, SandboxGuard::default()));
         }
-        let Some(bwrap) = &self.bwrap else {
-            return Err(SandboxError::Missing);
+        let bwrap = match &self.backend {
+            Backend::Seatbelt => return self.wrap_seatbelt(spec),
+            Backend::Bubblewrap(None) => return Err(SandboxError::Missing),
+            Backend::Bubblewrap(Some(bwrap)) => bwrap,
         };
         // The first call probes the session's own arguments (without the per-call seccomp fd).
         self.probe
@@ -201,5 +241,56 @@ impl Sandbox {
             created: mounts.reserved.clone(),
         };
         Ok((bwrap::wrap(bwrap, spec, self.policy, &mounts), guard))
+    }
+
+    /// Seatbelt: `.git`/`.anvil` are denied by the profile whether or not they exist, so no
+    /// mount point is made and nothing needs cleaning up.
+    fn wrap_seatbelt(
+        &self,
+        spec: crate::process::ProcessSpec,
+    ) -> Result<(crate::process::ProcessSpec, SandboxGuard), SandboxError> {
+        let mounts = self.mounts();
+        self.probe
+            .get_or_init(|| {
+                seatbelt::works_with(Path::new(seatbelt::SANDBOX_EXEC), self.policy, &mounts)
+                    .map_err(SandboxError::Seatbelt)
+            })
+            .clone()?;
+        Ok((
+            seatbelt::wrap(spec, self.policy, &mounts),
+            SandboxGuard::default(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_platform_picks_its_backend() {
+        let backend = Backend::detect();
+        if cfg!(target_os = "macos") {
+            assert_eq!(backend, Backend::Seatbelt);
+        } else {
+            assert!(matches!(backend, Backend::Bubblewrap(_)), "{backend:?}");
+        }
+    }
+
+    #[cfg(not(target_os = "macos"))]
+    #[test]
+    fn seatbelt_without_sandbox_exec_fails_closed() {
+        let ws = tempfile::tempdir().unwrap();
+        let sandbox = Sandbox::new(SandboxPolicy::WorkspaceWrite { network: false }, ws.path())
+            .with_backend(Backend::Seatbelt);
+        let spec = crate::process::ProcessSpec::new("/bin/sh", ws.path()).args(["-c", "touch ran"]);
+        let err = sandbox.wrap(spec).unwrap_err();
+        assert!(matches!(err, SandboxError::Seatbelt(_)), "{err}");
+        assert!(err.to_string().contains("--sandbox full-access"), "{err}");
+        assert!(!ws.path().join("ran").exists());
+        assert!(
+            !ws.path().join(".git").exists(),
+            "no mount point made for Seatbelt"
+        );
     }
 }

@@ -8,6 +8,7 @@
 //! golden-tested on every platform; running it needs macOS.
 
 use std::fmt::Write;
+use std::path::Path;
 
 use crate::process::ProcessSpec;
 use crate::sandbox::{Mounts, SandboxPolicy};
@@ -63,6 +64,39 @@ pub fn profile(policy: SandboxPolicy, mounts: &Mounts) -> (String, Vec<(String, 
         p.push_str("(allow network*)\n");
     }
     (p, params)
+}
+
+/// Whether `sandbox_exec` runs a command under the profile for `policy`: it must exist, exit 0
+/// and actually run the command (a wrapper that exits 0 without running it is caught).
+pub fn works_with(
+    sandbox_exec: &Path,
+    policy: SandboxPolicy,
+    mounts: &Mounts,
+) -> Result<(), String> {
+    const MARKER: &str = "anvil-sandbox-probe-ok";
+    if !sandbox_exec.is_file() {
+        return Err(format!("{} was not found", sandbox_exec.display()));
+    }
+    let probe = ProcessSpec::new("/bin/sh", "/").args(["-c", &format!("echo {MARKER}")]);
+    let wrapped = wrap(probe, policy, mounts);
+    let out = std::process::Command::new(sandbox_exec)
+        .args(&wrapped.args)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", sandbox_exec.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed: {}",
+            sandbox_exec.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    if !String::from_utf8_lossy(&out.stdout).contains(MARKER) {
+        return Err(format!(
+            "{} exited successfully without running the command",
+            sandbox_exec.display()
+        ));
+    }
+    Ok(())
 }
 
 /// `spec` run under `sandbox-exec` with the profile for `policy`.
@@ -141,5 +175,57 @@ mod tests {
             &wrapped.args[wrapped.args.len() - 3..],
             ["bash", "-c", "true"]
         );
+    }
+
+    fn script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn the_probe_fails_closed_on_a_missing_or_fake_sandbox_exec() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = SandboxPolicy::WorkspaceWrite { network: false };
+        let missing = works_with(&dir.path().join("nope"), policy, &mounts()).unwrap_err();
+        assert!(missing.contains("was not found"), "{missing}");
+        let liar = script(dir.path(), "liar", "exit 0");
+        let err = works_with(&liar, policy, &mounts()).unwrap_err();
+        assert!(err.contains("without running the command"), "{err}");
+        let failing = script(
+            dir.path(),
+            "failing",
+            "echo 'sandbox_apply: Operation not permitted' >&2; exit 71",
+        );
+        let err = works_with(&failing, policy, &mounts()).unwrap_err();
+        assert!(err.contains("Operation not permitted"), "{err}");
+    }
+
+    #[test]
+    fn the_probe_accepts_a_sandbox_exec_that_runs_the_command() {
+        // Stands in for sandbox-exec: skips its options up to `--`, then runs the command.
+        let dir = tempfile::tempdir().unwrap();
+        let runs = script(
+            dir.path(),
+            "runs",
+            "while [ \"$1\" != -- ]; do shift; done; shift; exec \"$@\"",
+        );
+        works_with(&runs, SandboxPolicy::ReadOnly, &mounts()).unwrap();
+    }
+
+    #[test]
+    fn wrapping_invokes_only_the_system_sandbox_exec() {
+        let spec = ProcessSpec::new("bash", "/w").args(["-c", "true"]);
+        let wrapped = wrap(
+            spec,
+            SandboxPolicy::WorkspaceWrite { network: false },
+            &mounts(),
+        );
+        assert_eq!(wrapped.program, "/usr/bin/sandbox-exec");
+        let dashdash = wrapped.args.iter().position(|a| a == "--").unwrap();
+        assert_eq!(&wrapped.args[dashdash + 1..], ["bash", "-c", "true"]);
+        assert_eq!(wrapped.args[dashdash - 2], "-p");
     }
 }
