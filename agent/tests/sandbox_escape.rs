@@ -366,6 +366,15 @@ async fn a_wrapper_that_exits_0_without_running_the_command_is_caught() {
     let mut perms = std::fs::metadata(&fake).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
     std::fs::set_permissions(&fake, perms).unwrap();
+    // Another test's fork may hold our write descriptor for an instant ("text file busy").
+    for _ in 0..100 {
+        match std::process::Command::new(&fake).status() {
+            Err(e) if e.raw_os_error() == Some(26) => {
+                std::thread::sleep(std::time::Duration::from_millis(10))
+            }
+            _ => break,
+        }
+    }
     let sandbox = Sandbox::new(OFF, &b.workspace).with_bwrap(Some(fake));
     let (out, is_error) = run_in(&b, sandbox, "touch ran").await;
     assert!(
