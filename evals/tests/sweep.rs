@@ -309,6 +309,15 @@ async fn killed_worker_is_replaced(postgres: bool) {
         .unwrap();
     assert_eq!(lost["attempt"], 2, "the lost trial ran again: {lost}");
     assert_eq!(lost["pass"], json!(victim.key.model == "good"), "{lost}");
+    let left: Vec<String> = std::fs::read_dir(s.home.path().join("anvil-trials"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        left,
+        vec!["templates".to_string()],
+        "the killed worker's workspace was cleared"
+    );
     db.close().await;
     s.cleanup().await;
 }

@@ -75,9 +75,14 @@ pub struct AgentTrials {
 
 impl AgentTrials {
     pub fn new(db: Db, options: TrialOptions) -> Self {
+        let workspaces = workspace::Workspaces::new(&options.workspaces);
+        let removed = workspaces.remove_stale();
+        if removed > 0 {
+            tracing::info!("removed {removed} workspaces left by workers that are gone");
+        }
         Self {
             db,
-            workspaces: workspace::Workspaces::new(&options.workspaces),
+            workspaces,
             options,
             sweeps: Mutex::new(HashMap::new()),
         }
@@ -189,6 +194,8 @@ impl AgentTrials {
         };
         let digests = Some(&local.digests);
         let task = &local.task;
+        // A worker killed mid-trial leaves its workspace; whoever runs next clears it.
+        self.workspaces.remove_stale();
         let label = format!("{}-{}-{}-a{attempt}", job.task, job.model, job.trial);
         let ws = match self
             .workspaces

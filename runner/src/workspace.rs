@@ -79,7 +79,11 @@ impl Workspaces {
     ) -> Result<Workspace, WorkspaceError> {
         let template = self.template(repo, key)?;
         let root = tempfile::Builder::new()
-            .prefix(&format!("{}-", sanitize(label)))
+            .prefix(&format!(
+                "{}{}-",
+                owner_prefix(std::process::id()),
+                sanitize(label)
+            ))
             .tempdir_in(&self.root)
             .map_err(|e| WorkspaceError::Create {
                 under: self.root.clone(),
@@ -92,6 +96,29 @@ impl Workspaces {
             root: Some(root),
             path,
         })
+    }
+
+    /// Removes workspaces left behind by worker processes that are gone (killed before they
+    /// could clean up). Workspaces of live processes, and templates, are left alone. Returns
+    /// how many were removed.
+    pub fn remove_stale(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = owner_pid(&name) else {
+                continue;
+            };
+            if process_alive(pid) {
+                continue;
+            }
+            if std::fs::remove_dir_all(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     /// The committed template of `repo` under `key`, made on first use.
@@ -166,6 +193,27 @@ fn borrow_git(template: &Path, to: &Path) -> Result<(), WorkspaceError> {
     }
     std::fs::copy(template.join("index"), to.join("index")).map_err(io(&template.join("index")))?;
     Ok(())
+}
+
+/// Workspace directories start with their owner's pid, so a later worker can tell an
+/// abandoned one from a live one.
+fn owner_prefix(pid: u32) -> String {
+    format!("p{pid}.")
+}
+
+fn owner_pid(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix('p')?;
+    let (pid, _) = rest.split_once('.')?;
+    pid.parse().ok()
+}
+
+fn process_alive(pid: i32) -> bool {
+    // Signal 0 checks existence; EPERM means it exists but is not ours.
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(nix::errno::Errno::ESRCH) => false,
+        Err(_) => true,
+    }
 }
 
 fn sanitize(label: &str) -> String {
@@ -323,6 +371,27 @@ mod tests {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn workspaces_of_dead_workers_are_removed_and_live_ones_kept() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
+        let under = tempfile::tempdir().unwrap();
+        let workspaces = Workspaces::new(under.path());
+        let live = workspaces.prepare(src.path(), "k", "mine").unwrap();
+        // A workspace whose owner is gone: a child that has exited.
+        let mut child = Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let abandoned = under
+            .path()
+            .join(format!("{}task-1-xyz", owner_prefix(dead_pid)));
+        std::fs::create_dir_all(abandoned.join("workspace/src")).unwrap();
+        assert_eq!(workspaces.remove_stale(), 1);
+        assert!(!abandoned.exists());
+        assert!(live.path().exists(), "a live worker's workspace stays");
+        assert!(under.path().join("templates/k").exists(), "templates stay");
     }
 
     #[test]
