@@ -279,6 +279,19 @@ async fn killed_worker_is_replaced(postgres: bool) {
                 .is_some_and(|w| w.contains(&format!("-{a_pid}-")))
         })
         .unwrap();
+    let out = output(s.command(&["status", "--sweep", "crash"]));
+    let status = String::from_utf8_lossy(&out.stdout);
+    let a_name = victim.worker.clone().unwrap();
+    assert!(status.contains("jobs waiting: "), "{status}");
+    assert!(status.contains("1 running"), "{status}");
+    assert!(
+        status.contains(&format!("attempt 1 on {a_name}")),
+        "{status}"
+    );
+    assert!(
+        status.contains(&format!("{a_name} (host ")) && status.contains("last heartbeat"),
+        "{status}"
+    );
     let mut b = spawn(s.command(&worker_args));
     kill9(&mut a);
 
@@ -499,4 +512,78 @@ async fn cancel_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_postgres() {
     cancel_stops_a_sweep(true).await;
+}
+
+fn agents_running_under(dir: &std::path::Path) -> usize {
+    let out = Command::new("pgrep")
+        .arg("-f")
+        .arg(dir.join("anvil-trials"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Ctrl-C on `anvil-evals run`: it stops, kills its running agents, says how to resume, and
+/// resuming finishes the sweep with nothing lost.
+async fn interrupted_run_resumes(postgres: bool) {
+    let server = model_server(Duration::from_millis(1500)).await;
+    let s = setup(&server, postgres, &["t1"]).await;
+    let mut args = s.run_args("intr");
+    args.extend(["--trials", "2"].map(String::from));
+    let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut run = s
+        .command(&argv)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let db = s.db().await;
+    wait_for(
+        "a finished trial and a running one",
+        Duration::from_secs(60),
+        || async {
+            let c = db.counts("intr").await.unwrap();
+            c.get(TrialState::Done) >= 1 && c.get(TrialState::Running) == 1
+        },
+    )
+    .await;
+    assert!(
+        agents_running_under(s.home.path()) >= 1,
+        "an agent is running"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("--sweep intr"), "says how to resume: {err}");
+    wait_for("the agents to be gone", Duration::from_secs(10), || async {
+        agents_running_under(s.home.path()) == 0
+    })
+    .await;
+    let before = records(&s, "intr");
+    assert!(!before.is_empty());
+
+    let out = output(s.command(&argv));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let after = records(&s, "intr");
+    assert_eq!(after.len(), 4);
+    for old in &before {
+        assert!(after.contains(old), "a finished trial was run again: {old}");
+    }
+    db.close().await;
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_run_resumes_sqlite() {
+    interrupted_run_resumes(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupted_run_resumes_postgres() {
+    interrupted_run_resumes(true).await;
 }

@@ -462,13 +462,14 @@ impl Db {
             .collect())
     }
 
-    /// Jobs waiting in the queue (apalis's tables): pending, or failed with attempts left.
+    /// Jobs waiting in the queue (apalis's tables): pending, fetched by a worker but not started,
+    /// or failed with attempts left.
     pub async fn queue_depth(&self) -> Result<u64, QueueError> {
         let n: i64 =
             match self {
                 Db::Sqlite(pool) => {
                     sqlx::query_scalar(
-                        "SELECT COUNT(*) FROM Jobs WHERE job_type = $1 AND (status = 'Pending' \
+                        "SELECT COUNT(*) FROM Jobs WHERE job_type = $1 AND (status IN ('Pending', 'Queued') \
                  OR (status = 'Failed' AND attempts < max_attempts))",
                     )
                     .bind(super::QUEUE_NAME)
@@ -476,7 +477,7 @@ impl Db {
                     .await
                 }
                 Db::Postgres(pool) => sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM apalis.jobs WHERE job_type = $1 AND (status = 'Pending' \
+                    "SELECT COUNT(*) FROM apalis.jobs WHERE job_type = $1 AND (status IN ('Pending', 'Queued') \
                  OR (status = 'Failed' AND attempts < max_attempts))",
                 )
                 .bind(super::QUEUE_NAME)
