@@ -531,7 +531,7 @@ async fn interrupted_run_resumes(postgres: bool) {
     let mut args = s.run_args("intr");
     args.extend(["--trials", "2"].map(String::from));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut run = s
+    let run = s
         .command(&argv)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
