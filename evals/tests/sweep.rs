@@ -135,6 +135,40 @@ fn records(s: &Setup, sweep: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Two tests of one scenario: on a SQLite file and on a fresh Postgres database.
+macro_rules! on_both_databases {
+    ($sqlite:ident, $postgres:ident, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $sqlite() {
+            $scenario(false).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $postgres() {
+            $scenario(true).await;
+        }
+    };
+}
+
+/// Runs `argv` again to finish a sweep and checks every record of `before` is still there,
+/// unchanged, among `total`.
+fn resume_keeps_finished(
+    s: &Setup,
+    argv: &[&str],
+    sweep: &str,
+    before: &[Value],
+    total: usize,
+) -> Output {
+    let out = output(s.command(argv));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let after = records(s, sweep);
+    assert_eq!(after.len(), total);
+    for old in before {
+        assert!(after.contains(old), "a finished trial was run again: {old}");
+    }
+    out
+}
+
 // ---- the scenarios ---------------------------------------------------------------------------
 
 async fn full_sweep_reports_exact_pass_rates(postgres: bool) {
@@ -207,30 +241,47 @@ async fn full_sweep_reports_exact_pass_rates(postgres: bool) {
     s.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_sweep_sqlite() {
-    full_sweep_reports_exact_pass_rates(false).await;
+on_both_databases!(
+    full_sweep_sqlite,
+    full_sweep_postgres,
+    full_sweep_reports_exact_pass_rates
+);
+
+/// A child process that is killed when dropped, so a failing test leaves no worker running.
+struct Spawned(Child);
+
+impl Spawned {
+    fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// SIGKILL, then reap.
+    fn kill9(&mut self) {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        let _ = self.0.wait();
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn full_sweep_postgres() {
-    full_sweep_reports_exact_pass_rates(true).await;
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
 
-fn spawn(mut c: Command) -> Child {
-    c.stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-fn kill9(child: &mut Child) {
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
+fn spawn(mut c: Command) -> Spawned {
+    Spawned(
+        c.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
     )
-    .unwrap();
-    let _ = child.wait();
 }
 
 /// Two worker processes; one is killed with SIGKILL while it runs a trial. The other finishes
@@ -293,14 +344,14 @@ async fn killed_worker_is_replaced(postgres: bool) {
         "{status}"
     );
     let mut b = spawn(s.command(&worker_args));
-    kill9(&mut a);
+    a.kill9();
 
     wait_for("the sweep to finish", Duration::from_secs(120), || async {
         let c = db.counts("crash").await.unwrap();
         c.total() == 8 && c.finished() == 8
     })
     .await;
-    kill9(&mut b);
+    b.kill9();
     let counts = db.counts("crash").await.unwrap();
     assert_eq!(counts.get(TrialState::Done), 8, "{counts:?}");
     let recs = records(&s, "crash");
@@ -335,15 +386,11 @@ async fn killed_worker_is_replaced(postgres: bool) {
     s.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_worker_sqlite() {
-    killed_worker_is_replaced(false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_worker_postgres() {
-    killed_worker_is_replaced(true).await;
-}
+on_both_databases!(
+    killed_worker_sqlite,
+    killed_worker_postgres,
+    killed_worker_is_replaced
+);
 
 /// `anvil-evals run` killed mid-sweep and run again with the same --sweep finishes without
 /// re-running finished trials; the same id with a changed grader is refused.
@@ -362,7 +409,7 @@ async fn killed_run_resumes(postgres: bool) {
             .unwrap_or(false)
     })
     .await;
-    kill9(&mut run);
+    run.kill9();
     let before = records(&s, "resume");
     assert!(
         before.len() >= 2 && before.len() < 8,
@@ -382,31 +429,21 @@ async fn killed_run_resumes(postgres: bool) {
     );
     std::fs::write(&check, "grep -qx 42 answer.txt\n").unwrap();
 
-    let out = output(s.command(&argv));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = resume_keeps_finished(&s, &argv, "resume", &before, 8);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("resuming sweep resume"),
         "{}",
         text(&out)
     );
-    let after = records(&s, "resume");
-    assert_eq!(after.len(), 8);
-    for old in &before {
-        assert!(after.contains(old), "a finished trial was run again: {old}");
-    }
     db.close().await;
     s.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_run_resumes_sqlite() {
-    killed_run_resumes(false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_run_resumes_postgres() {
-    killed_run_resumes(true).await;
-}
+on_both_databases!(
+    killed_run_resumes_sqlite,
+    killed_run_resumes_postgres,
+    killed_run_resumes
+);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_enqueues_nothing() {
@@ -499,20 +536,12 @@ async fn cancel_stops_a_sweep(postgres: bool) {
         "{}",
         text(&out)
     );
-    kill9(&mut w);
+    w.kill9();
     db.close().await;
     s.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_sqlite() {
-    cancel_stops_a_sweep(false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cancel_postgres() {
-    cancel_stops_a_sweep(true).await;
-}
+on_both_databases!(cancel_sqlite, cancel_postgres, cancel_stops_a_sweep);
 
 fn agents_running_under(dir: &std::path::Path) -> usize {
     let out = Command::new("pgrep")
@@ -531,12 +560,7 @@ async fn interrupted_run_resumes(postgres: bool) {
     let mut args = s.run_args("intr");
     args.extend(["--trials", "2"].map(String::from));
     let argv: Vec<&str> = args.iter().map(String::as_str).collect();
-    let run = s
-        .command(&argv)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut run = spawn(s.command(&argv));
     let db = s.db().await;
     wait_for(
         "a finished trial and a running one",
@@ -556,9 +580,10 @@ async fn interrupted_run_resumes(postgres: bool) {
         nix::sys::signal::Signal::SIGINT,
     )
     .unwrap();
-    let out = run.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.0.stderr.take().unwrap(), &mut err).unwrap();
+    let status = run.0.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
     assert!(err.contains("--sweep intr"), "says how to resume: {err}");
     wait_for("the agents to be gone", Duration::from_secs(10), || async {
         agents_running_under(s.home.path()) == 0
@@ -567,23 +592,13 @@ async fn interrupted_run_resumes(postgres: bool) {
     let before = records(&s, "intr");
     assert!(!before.is_empty());
 
-    let out = output(s.command(&argv));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let after = records(&s, "intr");
-    assert_eq!(after.len(), 4);
-    for old in &before {
-        assert!(after.contains(old), "a finished trial was run again: {old}");
-    }
+    resume_keeps_finished(&s, &argv, "intr", &before, 4);
     db.close().await;
     s.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interrupted_run_resumes_sqlite() {
-    interrupted_run_resumes(false).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn interrupted_run_resumes_postgres() {
-    interrupted_run_resumes(true).await;
-}
+on_both_databases!(
+    interrupted_run_resumes_sqlite,
+    interrupted_run_resumes_postgres,
+    interrupted_run_resumes
+);

@@ -111,6 +111,71 @@ impl Provider for ScriptedProvider {
     }
 }
 
+/// Anthropic Messages SSE bodies, in the shape of the recorded fixtures, for mock HTTP model
+/// servers in tests and benchmarks.
+pub mod anthropic_sse {
+    use serde_json::{Value, json};
+
+    /// The usage a message reports: input tokens at `message_start`, output tokens at
+    /// `message_delta`.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Usage {
+        pub input: u64,
+        pub output: u64,
+    }
+
+    /// `events` as an SSE body, each under its own `type` as the event name.
+    pub fn body(events: &[Value]) -> String {
+        events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+            .collect()
+    }
+
+    fn message_start(id: &str, usage: Usage) -> Value {
+        json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": usage.input, "output_tokens": 1}}})
+    }
+
+    fn message_end(stop_reason: &str, usage: Usage) -> [Value; 2] {
+        [
+            json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": usage.output}}),
+            json!({"type": "message_stop"}),
+        ]
+    }
+
+    /// A message with one text block, ending the turn.
+    pub fn text(text: &str, usage: Usage) -> String {
+        let [delta, stop] = message_end("end_turn", usage);
+        body(&[
+            message_start("msg_t", usage),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            delta,
+            stop,
+        ])
+    }
+
+    /// A message with one tool call whose input arrives as one JSON delta.
+    pub fn tool_use(
+        id: &str,
+        name: &str,
+        input: &Value,
+        stop_reason: &str,
+        usage: Usage,
+    ) -> String {
+        let [delta, stop] = message_end(stop_reason, usage);
+        body(&[
+            message_start("msg_c", usage),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            delta,
+            stop,
+        ])
+    }
+}
+
 /// Helpers that build complete responses, each ending with `Finish`.
 pub mod script {
     use serde_json::Value;

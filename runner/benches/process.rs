@@ -11,6 +11,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use anvil_llm::testing::anthropic_sse::{self, Usage};
 use nix::sys::resource::{UsageWho, getrusage};
 use serde_json::json;
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
@@ -29,18 +30,6 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
-fn sse(events: &[serde_json::Value]) -> String {
-    events
-        .iter()
-        .map(|e| {
-            format!(
-                "event: {}\ndata: {e}\n\n",
-                e["type"].as_str().unwrap_or("x")
-            )
-        })
-        .collect()
-}
-
 /// Alternates a write_file call and a final answer, so every turn is two requests.
 struct Instant2 {
     n: std::sync::atomic::AtomicUsize,
@@ -49,25 +38,21 @@ struct Instant2 {
 impl Respond for Instant2 {
     fn respond(&self, _: &Request) -> ResponseTemplate {
         let i = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let start = json!({"type": "message_start", "message": {"id": "m", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}});
+        let usage = Usage {
+            input: 10,
+            output: 5,
+        };
         let body = if i.is_multiple_of(2) {
-            sse(&[
-                start,
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": format!("toolu_{i}"), "name": "write_file", "input": {}}}),
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"file_path\":\"out.txt\",\"content\":\"hi\\n\"}"}}),
-                json!({"type": "content_block_stop", "index": 0}),
-                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
-                json!({"type": "message_stop"}),
-            ])
+            let input = json!({"file_path": "out.txt", "content": "hi\n"});
+            anthropic_sse::tool_use(
+                &format!("toolu_{i}"),
+                "write_file",
+                &input,
+                "tool_use",
+                usage,
+            )
         } else {
-            sse(&[
-                start,
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Wrote out.txt."}}),
-                json!({"type": "content_block_stop", "index": 0}),
-                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
-                json!({"type": "message_stop"}),
-            ])
+            anthropic_sse::text("Wrote out.txt.", usage)
         };
         ResponseTemplate::new(200)
             .insert_header("content-type", "text/event-stream")

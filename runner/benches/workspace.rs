@@ -46,6 +46,28 @@ fn prepare_10mb_1000_files_tmpfs(bencher: divan::Bencher) {
     bench_under(bencher, under);
 }
 
+/// The floor on this disk: `cp -r` of the same tree, nothing else. Workspace preparation is
+/// a copy plus a handful of small files, so it cannot beat this; the ratio to it is the cost
+/// of everything else.
+#[divan::bench(sample_count = 20)]
+fn baseline_cp_r(bencher: divan::Bencher) {
+    let src = repo();
+    let under = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    bencher.bench_local(|| {
+        n += 1;
+        let to = under.path().join(format!("copy{n}"));
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(src)
+            .arg(&to)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        to
+    });
+}
+
 fn bench_under(bencher: divan::Bencher, under: tempfile::TempDir) {
     let src = repo();
     let workspaces = anvil_runner::workspace::Workspaces::new(under.path());

@@ -239,7 +239,7 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
             )));
         }
     };
-    if resumed && stored_cancelled(db, id).await? {
+    if resumed && db.is_cancelled(id).await? {
         return Err(SweepError::Invalid(format!(
             "sweep {id} was cancelled; start a new sweep with another --sweep id"
         )));
@@ -253,10 +253,6 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
         trials: keys.len(),
         unfinished: unfinished.len(),
     })
-}
-
-async fn stored_cancelled(db: &Db, id: &str) -> Result<bool, SweepError> {
-    Ok(db.is_cancelled(id).await?)
 }
 
 /// A new sweep id: `sweep-YYYYMMDD-HHMMSS-xxxx` (UTC).

@@ -168,18 +168,34 @@ impl AgentTrials {
         }
     }
 
+    /// The record of a trial that could not be completed for `reason`.
+    fn infra_record_json(
+        job: &TrialJob,
+        attempt: u32,
+        digests: Option<&TaskDigests>,
+        reason: &str,
+    ) -> String {
+        let mut record = Self::base_record(job, attempt, digests);
+        record.infra_error = Some(reason.to_string());
+        serde_json::to_string(&record).unwrap_or_default()
+    }
+
     fn infra(
         job: &TrialJob,
         attempt: u32,
         digests: Option<&TaskDigests>,
         reason: String,
     ) -> TrialEnd {
-        let mut record = Self::base_record(job, attempt, digests);
-        record.infra_error = Some(reason.clone());
         TrialEnd::Infra {
-            record: serde_json::to_string(&record).unwrap_or_default(),
+            record: Self::infra_record_json(job, attempt, digests, &reason),
             reason,
         }
+    }
+
+    /// The job's task, if its sweep has been loaded already.
+    fn cached_task(&self, job: &TrialJob) -> Option<Arc<LocalTask>> {
+        let ctx = self.sweeps.lock().ok()?.get(&job.sweep).cloned()?;
+        Self::local_task(&ctx, &job.task).ok()
     }
 
     async fn run_trial(&self, job: &TrialJob, attempt: u32, cancel: CancellationToken) -> TrialEnd {
@@ -412,27 +428,14 @@ impl TrialHandler for AgentTrials {
 
     fn time_budget(&self, job: &TrialJob) -> Duration {
         let caps = self
-            .sweeps
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&job.sweep).cloned())
-            .and_then(|ctx| Self::local_task(&ctx, &job.task).ok())
+            .cached_task(job)
             .map(|t| t.task.spec.timeout_secs + t.task.spec.check.timeout_secs);
         // Before the sweep is loaded its caps are unknown: allow the longest a task may ask for.
         Duration::from_secs(caps.unwrap_or(24 * 3600)) + self.options.slack
     }
 
     fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> String {
-        let local = self
-            .sweeps
-            .lock()
-            .ok()
-            .and_then(|m| m.get(&job.sweep).cloned())
-            .and_then(|ctx| Self::local_task(&ctx, &job.task).ok());
-        let digests = local.as_ref().map(|t| &t.digests);
-        match Self::infra(job, attempt, digests, reason.to_string()) {
-            TrialEnd::Infra { record, .. } => record,
-            _ => String::new(),
-        }
+        let local = self.cached_task(job);
+        Self::infra_record_json(job, attempt, local.as_ref().map(|t| &t.digests), reason)
     }
 }

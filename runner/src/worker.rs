@@ -19,11 +19,9 @@ use std::time::Duration;
 use apalis::prelude::{
     Attempt, BackendExt, BoxDynError, Data, Monitor, WorkerBuilder, WorkerBuilderExt,
 };
-use apalis_postgres::PostgresStorage;
-use apalis_sqlite::SqliteStorage;
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms};
+use crate::queue::{Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms, on_storage};
 
 /// How one run of a trial ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -302,44 +300,25 @@ pub async fn run(
         name: name.clone(),
     });
     let concurrency = options.concurrency.max(1);
-    let monitor = match &db {
-        Db::Sqlite(pool) => {
-            let pool = pool.clone();
-            let name = name.clone();
-            Monitor::new().register(move |_restarts| {
-                let config = crate::queue::job::sqlite_config()
-                    .batch_size(concurrency)
-                    .heartbeat_interval(options.heartbeat)
-                    .missed_heartbeats(options.missed_heartbeats);
-                let backend = SqliteStorage::<TrialJob>::new(&pool)
-                    .with_config(config)
-                    .poll_with_interval(options.poll_interval);
-                WorkerBuilder::new(name.as_str())
-                    .backend(backend)
-                    .concurrency(concurrency)
-                    .data(shared.clone())
-                    .build(handle)
-            })
-        }
-        Db::Postgres(pool) => {
-            let pool = pool.clone();
-            let name = name.clone();
-            Monitor::new().register(move |_restarts| {
-                let config = crate::queue::job::postgres_config()
-                    .batch_size(concurrency)
-                    .heartbeat_interval(options.heartbeat)
-                    .missed_heartbeats(options.missed_heartbeats);
-                let backend = PostgresStorage::<TrialJob>::new(&pool)
-                    .with_config(config)
-                    .poll_with_interval(options.poll_interval);
-                WorkerBuilder::new(name.as_str())
-                    .backend(backend)
-                    .concurrency(concurrency)
-                    .data(shared.clone())
-                    .build(handle)
-            })
-        }
-    };
+    let monitor = on_storage!(&db, pool, Storage, config => {
+        let pool = pool.clone();
+        let name = name.clone();
+        Monitor::new().register(move |_restarts| {
+            let config = config
+                .clone()
+                .batch_size(concurrency)
+                .heartbeat_interval(options.heartbeat)
+                .missed_heartbeats(options.missed_heartbeats);
+            let backend = Storage::new(&pool)
+                .with_config(config)
+                .poll_with_interval(options.poll_interval);
+            WorkerBuilder::new(name.as_str())
+                .backend(backend)
+                .concurrency(concurrency)
+                .data(shared.clone())
+                .build(handle)
+        })
+    });
     // A database error ends a worker's stream; restart it rather than stop taking jobs.
     let monitor = monitor.should_restart(|_ctx, error| {
         tracing::warn!("worker stopped: {error}; restarting");

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use anvil_llm::testing::anthropic_sse::{self, Usage};
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
@@ -17,22 +18,17 @@ const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
 
 // ---- a scripted Anthropic server ------------------------------------------------------------
 
-fn sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect()
-}
+const USAGE_TEXT: Usage = Usage {
+    input: 50,
+    output: 7,
+};
+const USAGE_TOOL: Usage = Usage {
+    input: 50,
+    output: 12,
+};
 
 fn text_answer(text: &str) -> String {
-    sse(&[
-        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 50, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}),
-        json!({"type": "message_stop"}),
-    ])
+    anthropic_sse::text(text, USAGE_TEXT)
 }
 
 fn tool_answer(id: &str, name: &str, input: Value) -> String {
@@ -40,14 +36,7 @@ fn tool_answer(id: &str, name: &str, input: Value) -> String {
 }
 
 fn tool_answer_ending(id: &str, name: &str, input: Value, stop_reason: &str) -> String {
-    sse(&[
-        json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 50, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": 12}}),
-        json!({"type": "message_stop"}),
-    ])
+    anthropic_sse::tool_use(id, name, &input, stop_reason, USAGE_TOOL)
 }
 
 /// Answers requests with `bodies` in order; past the end, with an error.

@@ -8,37 +8,32 @@
 use std::path::Path;
 use std::time::Duration;
 
+use anvil_llm::testing::anthropic_sse::{self, Usage};
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-fn sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
-        .collect()
-}
-
 fn text_answer(text: &str) -> String {
-    sse(&[
-        json!({"type": "message_start", "message": {"id": "msg_t", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 5}}),
-        json!({"type": "message_stop"}),
-    ])
+    anthropic_sse::text(
+        text,
+        Usage {
+            input: 40,
+            output: 5,
+        },
+    )
 }
 
 fn write_answer() -> String {
     let input = json!({"file_path": "answer.txt", "content": "42\n"});
-    sse(&[
-        json!({"type": "message_start", "message": {"id": "msg_c", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 40, "output_tokens": 1}}}),
-        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_write_1", "name": "write_file", "input": {}}}),
-        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
-        json!({"type": "content_block_stop", "index": 0}),
-        json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
-        json!({"type": "message_stop"}),
-    ])
+    anthropic_sse::tool_use(
+        "toolu_write_1",
+        "write_file",
+        &input,
+        "tool_use",
+        Usage {
+            input: 40,
+            output: 9,
+        },
+    )
 }
 
 pub struct Models {

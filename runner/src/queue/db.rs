@@ -116,28 +116,26 @@ impl Db {
             what: what.to_string(),
             reason: e,
         };
-        match self {
-            Db::Sqlite(pool) => {
-                apalis_sqlite::SqliteStorage::migrations()
-                    .run(pool)
-                    .await
-                    .map_err(|e| migrate_err("apalis", e.to_string()))?;
-                anvil_migrator(false)
-                    .run(pool)
-                    .await
-                    .map_err(|e| migrate_err("anvil", e.to_string()))?;
-            }
-            Db::Postgres(pool) => {
-                apalis_postgres::PostgresStorage::migrations()
-                    .run(pool)
-                    .await
-                    .map_err(|e| migrate_err("apalis", e.to_string()))?;
-                anvil_migrator(true)
-                    .run(pool)
-                    .await
-                    .map_err(|e| migrate_err("anvil", e.to_string()))?;
-            }
-        }
+        let (apalis, anvil) = match self {
+            Db::Sqlite(_) => (
+                apalis_sqlite::SqliteStorage::migrations(),
+                anvil_migrator(false),
+            ),
+            Db::Postgres(_) => (
+                apalis_postgres::PostgresStorage::migrations(),
+                anvil_migrator(true),
+            ),
+        };
+        on_pool!(self, pool => {
+            apalis
+                .run(pool)
+                .await
+                .map_err(|e| migrate_err("apalis", e.to_string()))?;
+            anvil
+                .run(pool)
+                .await
+                .map_err(|e| migrate_err("anvil", e.to_string()))?;
+        });
         Ok(())
     }
 

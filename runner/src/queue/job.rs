@@ -2,15 +2,43 @@
 //! type name, so renaming the type cannot orphan queued jobs), and so is its attempt limit.
 
 use apalis::prelude::{TaskBuilder, TaskSink};
-use apalis_postgres::PostgresStorage;
-use apalis_sqlite::SqliteStorage;
 use futures::stream;
 use serde::{Deserialize, Serialize};
 
-use super::{Db, QueueError, TrialKey};
+use super::{Db, QueueError, TrialKey, on_pool};
 
 /// The apalis queue that eval trials travel on.
 pub const QUEUE_NAME: &str = "anvil.trial.v1";
+
+/// Runs `$body` with `$storage` bound to the apalis storage type of the pool `$db` holds
+/// (`SqliteStorage<TrialJob>` or `PostgresStorage<TrialJob>`), `$pool` to the pool and
+/// `$config` to that storage's config, already on [`QUEUE_NAME`]. The two storages share
+/// their method names but not a trait that covers building workers, hence a macro.
+macro_rules! on_storage {
+    ($db:expr, $pool:ident, $storage:ident, $config:ident => $body:expr) => {
+        match $db {
+            $crate::queue::Db::Sqlite($pool) => {
+                type $storage = apalis_sqlite::SqliteStorage<$crate::queue::TrialJob>;
+                let $config = apalis_sqlite::Config::default().queue($crate::queue::QUEUE_NAME);
+                $body
+            }
+            $crate::queue::Db::Postgres($pool) => {
+                type $storage = apalis_postgres::PostgresStorage<$crate::queue::TrialJob>;
+                let $config = apalis_postgres::Config::default().queue($crate::queue::QUEUE_NAME);
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_storage;
+
+/// apalis's jobs table in `db`.
+pub(crate) fn jobs_table(db: &Db) -> &'static str {
+    match db {
+        Db::Sqlite(_) => "Jobs",
+        Db::Postgres(_) => "apalis.jobs",
+    }
+}
 
 /// One (task, model, trial) of a sweep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,40 +89,19 @@ async fn existing_keys(
 ) -> Result<std::collections::HashSet<String>, QueueError> {
     let prefix = format!("{sweep}\u{1f}");
     let chars = prefix.chars().count() as i32;
-    let rows: Vec<(Option<String>,)> = match db {
-        Db::Sqlite(pool) => {
-            sqlx::query_as(
-                "SELECT idempotency_key FROM Jobs WHERE job_type = $1 \
-                 AND substr(idempotency_key, 1, $3) = $2",
-            )
-            .bind(QUEUE_NAME)
-            .bind(&prefix)
-            .bind(chars)
-            .fetch_all(pool)
-            .await
-        }
-        Db::Postgres(pool) => {
-            sqlx::query_as(
-                "SELECT idempotency_key FROM apalis.jobs WHERE job_type = $1 \
-                 AND substr(idempotency_key, 1, $3) = $2",
-            )
-            .bind(QUEUE_NAME)
-            .bind(&prefix)
-            .bind(chars)
-            .fetch_all(pool)
-            .await
-        }
-    }
+    // The table name is one of two constants, never input.
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT idempotency_key FROM {} WHERE job_type = $1 AND substr(idempotency_key, 1, $3) = $2",
+        jobs_table(db)
+    ));
+    let rows: Vec<(Option<String>,)> = on_pool!(db, pool => sqlx::query_as(sql)
+        .bind(QUEUE_NAME)
+        .bind(&prefix)
+        .bind(chars)
+        .fetch_all(pool)
+        .await)
     .map_err(QueueError::sql("reading the queued jobs"))?;
     Ok(rows.into_iter().filter_map(|(k,)| k).collect())
-}
-
-pub(crate) fn sqlite_config() -> apalis_sqlite::Config {
-    apalis_sqlite::Config::default().queue(QUEUE_NAME)
-}
-
-pub(crate) fn postgres_config() -> apalis_postgres::Config {
-    apalis_postgres::Config::default().queue(QUEUE_NAME)
 }
 
 /// Pushes one job per key. `max_attempts` is the only retry limit: the worker's handler turns
@@ -122,20 +129,9 @@ pub async fn enqueue(db: &Db, keys: &[TrialKey], max_attempts: u32) -> Result<()
         sweep: sweep.clone(),
         reason: e,
     };
-    match db {
-        Db::Sqlite(pool) => {
-            let mut storage = SqliteStorage::<TrialJob>::new(pool).with_config(sqlite_config());
-            storage
-                .push_all(&mut stream::iter(tasks))
-                .await
-                .map_err(|e| err(e.to_string()))
-        }
-        Db::Postgres(pool) => {
-            let mut storage = PostgresStorage::<TrialJob>::new(pool).with_config(postgres_config());
-            storage
-                .push_all(&mut stream::iter(tasks))
-                .await
-                .map_err(|e| err(e.to_string()))
-        }
-    }
+    on_storage!(db, pool, Storage, config => Storage::new(pool)
+        .with_config(config)
+        .push_all(&mut stream::iter(tasks))
+        .await
+        .map_err(|e| err(e.to_string())))
 }

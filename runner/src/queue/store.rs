@@ -362,8 +362,14 @@ impl Db {
         .map_err(QueueError::sql(format!("cancelling the trials of {sweep}")))
     }
 
+    /// Whether `sweep` was cancelled (asked per job and every second per running trial, so it
+    /// reads the one column, not the sweep's spec).
     pub async fn is_cancelled(&self, sweep: &str) -> Result<bool, QueueError> {
-        Ok(self.sweep(sweep).await?.is_some_and(|s| s.cancelled))
+        const SQL: &str = "SELECT cancelled FROM anvil_sweeps WHERE id = $1";
+        let cancelled: Option<i64> =
+            on_pool!(self, pool => sqlx::query_scalar(SQL).bind(sweep).fetch_optional(pool).await)
+                .map_err(QueueError::sql(format!("reading sweep {sweep}")))?;
+        Ok(cancelled.is_some_and(|c| c != 0))
     }
 
     pub async fn counts(&self, sweep: &str) -> Result<Counts, QueueError> {
@@ -465,26 +471,17 @@ impl Db {
     /// Jobs waiting in the queue (apalis's tables): pending, fetched by a worker but not started,
     /// or failed with attempts left.
     pub async fn queue_depth(&self) -> Result<u64, QueueError> {
-        let n: i64 =
-            match self {
-                Db::Sqlite(pool) => {
-                    sqlx::query_scalar(
-                        "SELECT COUNT(*) FROM Jobs WHERE job_type = $1 AND (status IN ('Pending', 'Queued') \
-                 OR (status = 'Failed' AND attempts < max_attempts))",
-                    )
-                    .bind(super::QUEUE_NAME)
-                    .fetch_one(pool)
-                    .await
-                }
-                Db::Postgres(pool) => sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM apalis.jobs WHERE job_type = $1 AND (status IN ('Pending', 'Queued') \
-                 OR (status = 'Failed' AND attempts < max_attempts))",
-                )
-                .bind(super::QUEUE_NAME)
-                .fetch_one(pool)
-                .await,
-            }
-            .map_err(QueueError::sql("measuring the queue"))?;
+        // The table name is one of two constants, never input.
+        let sql = sqlx::AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM {} WHERE job_type = $1 AND (status IN ('Pending', 'Queued') \
+             OR (status = 'Failed' AND attempts < max_attempts))",
+            super::jobs_table(self)
+        ));
+        let n: i64 = on_pool!(self, pool => sqlx::query_scalar(sql)
+            .bind(super::QUEUE_NAME)
+            .fetch_one(pool)
+            .await)
+        .map_err(QueueError::sql("measuring the queue"))?;
         Ok(n.max(0) as u64)
     }
 }
