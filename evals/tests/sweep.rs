@@ -602,3 +602,53 @@ on_both_databases!(
     interrupted_run_resumes_postgres,
     interrupted_run_resumes
 );
+
+/// A trial that hangs (the model never answers, far inside the task's own caps) is ended by
+/// the worker's per-trial timeout, retried, then recorded as an infrastructure error; two
+/// worker processes share the work and no agent is left running.
+async fn hung_trials_are_ended(postgres: bool) {
+    let server = model_server(Duration::from_secs(600)).await;
+    let s = setup(&server, postgres, &["t1"]).await;
+    let mut args = s.run_args("hang");
+    args.extend(["--trials", "1", "--max-attempts", "2", "--detach"].map(String::from));
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let worker_args = [
+        "worker",
+        "--heartbeat-secs",
+        "1",
+        "--backoff-secs",
+        "0.1",
+        "--trial-timeout-secs",
+        "2",
+    ];
+    let _a = spawn(s.command(&worker_args));
+    let _b = spawn(s.command(&worker_args));
+    let db = s.db().await;
+    wait_for("both trials to end", Duration::from_secs(60), || async {
+        db.counts("hang").await.unwrap().finished() == 2
+    })
+    .await;
+    let recs = records(&s, "hang");
+    assert_eq!(recs.len(), 2);
+    for r in &recs {
+        assert!(r["pass"].is_null(), "{r}");
+        assert_eq!(r["attempt"], 2, "retried once, then recorded: {r}");
+        assert!(
+            r["infra_error"].as_str().unwrap().contains("time budget"),
+            "{r}"
+        );
+    }
+    wait_for("the agents to be gone", Duration::from_secs(10), || async {
+        agents_running_under(s.home.path()) == 0
+    })
+    .await;
+    db.close().await;
+    s.cleanup().await;
+}
+
+on_both_databases!(
+    hung_trial_sqlite,
+    hung_trial_postgres,
+    hung_trials_are_ended
+);
