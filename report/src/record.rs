@@ -18,6 +18,12 @@
 //!   `duration_ms`; the rest is the harness (workspace, grading copy, bookkeeping)
 //! - `digests`: `task`, `repo`, `grader`, `dependencies` (sha256, hex), `model_config`
 //! - `anvil_git_sha`
+//! - `check_outcome` (optional): how grading ended — `passed`, `failed`, `check_timeout` (the
+//!   check ran past its timeout on the agent's code: the model's fail), `tampered` (the
+//!   workspace changed test infrastructure; never counted as a pass)
+//! - `tamper` (optional, default empty): the tamper findings, each `{path, kind, detail}`
+//! - `grader_sandbox` (optional): what confined the check (`bubblewrap+seccomp`, `seatbelt`,
+//!   or `none (--unsandboxed-grading)`)
 
 use serde::{Deserialize, Serialize};
 
@@ -53,6 +59,31 @@ pub struct Digests {
     pub model_config: String,
 }
 
+/// How grading a trial's workspace ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckOutcome {
+    /// Every expected test reported passed.
+    Passed,
+    /// Some expected test failed, errored, was skipped or is missing.
+    Failed,
+    /// The check ran past its timeout on the agent's code: the model's fail, never retried.
+    CheckTimeout,
+    /// The workspace changed test infrastructure; reported apart, never counted as a pass.
+    Tampered,
+}
+
+/// A change to test infrastructure found in the agent's workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TamperFinding {
+    /// The path, relative to the workspace.
+    pub path: String,
+    /// What kind of change (e.g. `shadows_module`, `cargo_config`, `build_script`).
+    pub kind: String,
+    /// What was found, for a person.
+    pub detail: String,
+}
+
 /// One trial (version 1).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialRecord {
@@ -79,6 +110,15 @@ pub struct TrialRecord {
     pub session_path: Option<String>,
     pub digests: Digests,
     pub anvil_git_sha: String,
+    /// How grading ended, when the workspace was graded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_outcome: Option<CheckOutcome>,
+    /// Tamper findings (empty when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tamper: Vec<TamperFinding>,
+    /// What confined the grader's check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grader_sandbox: Option<String>,
 }
 
 /// A record that could not be read, with the line it came from (1-based).

@@ -40,6 +40,9 @@ fn record(
         session_path: None,
         digests: Digests::default(),
         anvil_git_sha: "abc".into(),
+        check_outcome: None,
+        tamper: Vec::new(),
+        grader_sandbox: None,
     }
 }
 

@@ -165,6 +165,9 @@ impl AgentTrials {
                 })
                 .unwrap_or_default(),
             anvil_git_sha: ANVIL_GIT_SHA.to_string(),
+            check_outcome: None,
+            tamper: Vec::new(),
+            grader_sandbox: None,
         }
     }
 
