@@ -3,10 +3,13 @@
 //! A name is a model alias from config (`sonnet`, `local`) or `provider:model`
 //! (`ollama:qwen3:8b`), which needs no `[models]` entry and gets conservative default limits.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::capability::{Capabilities, SchemaDialect};
 use crate::config::{Config, ModelConfig, Pricing, ProviderConfig, hex};
 use crate::error::LlmError;
 use crate::protocol::Protocol;
@@ -44,9 +47,103 @@ pub struct ResolvedModel {
     pub pricing: Option<Pricing>,
     /// Whether to send OpenAI's `prompt_cache_key` to this provider.
     pub prompt_cache_key: bool,
-    /// sha256 of everything that decides this model's behaviour (protocol, endpoint, model id,
-    /// limits), recorded with eval results. The credential is not part of it.
+    /// [`PinnedModel::digest`] of the configuration it was resolved from: everything that
+    /// decides this model's behaviour and cost, recorded with eval results. The credential is
+    /// not part of it.
     pub config_digest: String,
+}
+
+/// A model's configuration as resolved on one machine, complete enough that another process or
+/// machine uses exactly this model without reading any config file.
+///
+/// Every default is made explicit (the endpoint, the output-limit field, the schema dialect…),
+/// so the same pinned model means the same requests wherever it is used. The credential is
+/// named (`api_key_env`), never carried: whoever uses a pinned model supplies the key from its
+/// own environment. An eval sweep stores one per model, and each of its trials runs with it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinnedModel {
+    /// The alias or `provider:model` it was resolved from.
+    pub name: String,
+    pub provider: PinnedProvider,
+    /// The provider's model id (`claude-sonnet-4-5`).
+    pub model: String,
+    pub context_window: u32,
+    pub max_output_tokens: u32,
+    /// USD per million tokens; `None` is unknown pricing, never free.
+    pub pricing: Option<Pricing>,
+}
+
+/// The provider part of a [`PinnedModel`]: a `[providers.NAME]` table with every default
+/// resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinnedProvider {
+    /// The provider's config name (`anthropic`, `ollama`).
+    pub name: String,
+    pub kind: Protocol,
+    pub base_url: String,
+    /// The name of the environment variable holding the API key (never the key itself);
+    /// `None` for keyless servers.
+    pub api_key_env: Option<String>,
+    /// OpenAI Chat only: which field carries the output limit.
+    pub max_tokens_field: Option<MaxTokensField>,
+    pub schema_dialect: SchemaDialect,
+    pub images: bool,
+    pub prompt_cache_key: bool,
+}
+
+impl PinnedModel {
+    /// sha256 of everything but the name it was resolved from: protocol, endpoint, credential
+    /// variable, wire options, model id, limits and pricing.
+    pub fn digest(&self) -> String {
+        let identity = serde_json::json!({
+            "provider": self.provider,
+            "model": self.model,
+            "context_window": self.context_window,
+            "max_output_tokens": self.max_output_tokens,
+            "pricing": self.pricing,
+        });
+        hex(&Sha256::digest(identity.to_string().as_bytes()))
+    }
+
+    /// What differs from `old`, one entry per field: `provider.base_url "a" → "b"`.
+    pub fn changes_from(&self, old: &PinnedModel) -> Vec<String> {
+        let mut out = Vec::new();
+        let json = |m: &PinnedModel| serde_json::to_value(m).unwrap_or_default();
+        diff("", &json(old), &json(self), &mut out);
+        out
+    }
+
+    /// A config holding only this model (under its name, also the default) and its provider,
+    /// with no permission rules: what a process told to use exactly this model resolves from.
+    pub fn config(&self) -> Config {
+        let p = &self.provider;
+        let provider = ProviderConfig {
+            kind: p.kind,
+            api_key_env: p.api_key_env.clone(),
+            base_url: Some(p.base_url.clone()),
+            max_tokens_field: p.max_tokens_field,
+            schema_dialect: Some(p.schema_dialect),
+            images: Some(p.images),
+            prompt_cache_key: Some(p.prompt_cache_key),
+        };
+        let model = ModelConfig {
+            provider: p.name.clone(),
+            model: self.model.clone(),
+            context_window: Some(self.context_window),
+            max_output_tokens: Some(self.max_output_tokens),
+            pricing: self.pricing,
+        };
+        Config {
+            default_model: Some(self.name.clone()),
+            providers: [(p.name.clone(), provider)].into(),
+            models: [(self.name.clone(), model)].into(),
+            sources: BTreeMap::new(),
+            ignored: Vec::new(),
+            permissions: Vec::new(),
+        }
+    }
 }
 
 impl std::fmt::Debug for ResolvedModel {
@@ -103,8 +200,29 @@ impl Registry {
         self.config.default_model.as_deref()
     }
 
-    /// Resolves an alias or `provider:model`.
+    /// Resolves an alias or `provider:model` into a ready model (its credential must be set).
     pub fn resolve(&self, name: &str) -> Result<ResolvedModel, LlmError> {
+        let pinned = self.pin(name)?;
+        let provider = self.build_provider(&pinned.provider)?;
+        Ok(ResolvedModel {
+            name: pinned.name.clone(),
+            provider_name: pinned.provider.name.clone(),
+            protocol: pinned.provider.kind,
+            provider,
+            model: pinned.model.clone(),
+            limits: ModelLimits {
+                context_window: pinned.context_window,
+                max_output_tokens: pinned.max_output_tokens,
+            },
+            pricing: pinned.pricing,
+            prompt_cache_key: pinned.provider.prompt_cache_key,
+            config_digest: pinned.digest(),
+        })
+    }
+
+    /// Resolves an alias or `provider:model` into its configuration with every default made
+    /// explicit, without touching the credential (which need not be set here).
+    pub fn pin(&self, name: &str) -> Result<PinnedModel, LlmError> {
         let model_config = match self.config.models.get(name) {
             Some(m) => m.clone(),
             None => match name.split_once(':') {
@@ -138,44 +256,55 @@ impl Registry {
                 self.list(self.config.providers.keys())
             ))
         })?;
-        let provider = self.build_provider(&model_config.provider, provider_config)?;
-        let limits = ModelLimits {
+        let provider_name = model_config.provider.as_str();
+        let keyed = match provider_config.kind {
+            Protocol::Anthropic => Some("Anthropic"),
+            Protocol::Gemini => Some("Gemini"),
+            Protocol::OpenaiChat | Protocol::OpenaiResponses => None,
+        };
+        if let Some(vendor) = keyed
+            && provider_config.api_key_env.is_none()
+        {
+            return Err(LlmError::Config(format!(
+                "provider '{provider_name}' ({}) needs api_key_env: {vendor} requires a key",
+                provider_config.kind.as_str()
+            )));
+        }
+        let base_url = provider_config.effective_base_url();
+        let capabilities = provider_config.capabilities();
+        let max_tokens_field = match provider_config.kind {
+            Protocol::OpenaiChat => Some(
+                provider_config
+                    .max_tokens_field
+                    .unwrap_or_else(|| MaxTokensField::default_for(&base_url)),
+            ),
+            _ => provider_config.max_tokens_field,
+        };
+        Ok(PinnedModel {
+            name: name.to_string(),
+            provider: PinnedProvider {
+                name: provider_name.to_string(),
+                kind: provider_config.kind,
+                base_url,
+                api_key_env: provider_config.api_key_env.clone(),
+                max_tokens_field,
+                schema_dialect: capabilities.schema,
+                images: capabilities.images,
+                prompt_cache_key: provider_config.sends_prompt_cache_key(),
+            },
+            model: model_config.model,
             context_window: model_config
                 .context_window
                 .unwrap_or(DEFAULT_CONTEXT_WINDOW),
             max_output_tokens: model_config
                 .max_output_tokens
                 .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
-        };
-        let config_digest = {
-            let identity = serde_json::json!({
-                "protocol": provider_config.kind,
-                "base_url": provider_config.effective_base_url(),
-                "max_tokens_field": provider_config.max_tokens_field,
-                "model": model_config.model,
-                "context_window": limits.context_window,
-                "max_output_tokens": limits.max_output_tokens,
-            });
-            hex(&Sha256::digest(identity.to_string().as_bytes()))
-        };
-        Ok(ResolvedModel {
-            name: name.to_string(),
-            provider_name: model_config.provider.clone(),
-            protocol: provider_config.kind,
-            provider,
-            model: model_config.model,
-            limits,
             pricing: model_config.pricing,
-            prompt_cache_key: provider_config.sends_prompt_cache_key(),
-            config_digest,
         })
     }
 
-    fn build_provider(
-        &self,
-        name: &str,
-        config: &ProviderConfig,
-    ) -> Result<Arc<dyn Provider>, LlmError> {
+    fn build_provider(&self, config: &PinnedProvider) -> Result<Arc<dyn Provider>, LlmError> {
+        let name = config.name.as_str();
         let api_key = match &config.api_key_env {
             Some(var) => match (self.env)(var).filter(|v| !v.trim().is_empty()) {
                 Some(key) => Some(key),
@@ -187,7 +316,10 @@ impl Registry {
             },
             None => None,
         };
-        let base_url = config.effective_base_url();
+        let base_url = config.base_url.clone();
+        let caps = Capabilities::of(config.kind)
+            .with_schema(config.schema_dialect)
+            .with_images(config.images);
         let inner: Arc<dyn Provider> = match config.kind {
             Protocol::Anthropic => {
                 let key = api_key.ok_or_else(|| {
@@ -199,14 +331,14 @@ impl Registry {
                     Anthropic::new(key)?
                         .with_base_url(base_url)
                         .with_name(name)
-                        .with_capabilities(config.capabilities()),
+                        .with_capabilities(caps),
                 )
             }
             Protocol::OpenaiChat => Arc::new(
                 OpenAiChat::new(api_key)?
                     .with_base_url(&base_url)
                     .with_name(name)
-                    .with_capabilities(config.capabilities())
+                    .with_capabilities(caps)
                     .with_max_tokens_field(
                         config
                             .max_tokens_field
@@ -217,7 +349,7 @@ impl Registry {
                 OpenAiResponses::new(api_key)?
                     .with_base_url(&base_url)
                     .with_name(name)
-                    .with_capabilities(config.capabilities()),
+                    .with_capabilities(caps),
             ),
             Protocol::Gemini => {
                 let key = api_key.ok_or_else(|| {
@@ -229,7 +361,7 @@ impl Registry {
                     Gemini::new(key)?
                         .with_base_url(&base_url)
                         .with_name(name)
-                        .with_capabilities(config.capabilities()),
+                        .with_capabilities(caps),
                 )
             }
         };
@@ -243,6 +375,34 @@ impl Registry {
         } else {
             names.join(", ")
         }
+    }
+}
+
+/// Where `new` differs from `old`, field by field (`a.b before → after`).
+fn diff(path: &str, old: &serde_json::Value, new: &serde_json::Value, out: &mut Vec<String>) {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for key in keys {
+                let field = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                let get = |m: &serde_json::Map<String, Value>| m.get(key).cloned();
+                diff(
+                    &field,
+                    &get(a).unwrap_or_default(),
+                    &get(b).unwrap_or_default(),
+                    out,
+                );
+            }
+        }
+        (a, b) if a != b => out.push(format!("{path} {a} → {b}")),
+        _ => {}
     }
 }
 
@@ -270,6 +430,77 @@ mod tests {
             "ANTHROPIC_API_KEY is not set (needed by provider 'anthropic')"
         );
         assert!(matches!(err, LlmError::Config(_)));
+    }
+
+    #[test]
+    fn a_pinned_model_is_explicit_and_carries_no_key() {
+        let reg = registry(
+            "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1/\"\napi_key_env = \"LAB_KEY\"\n\n[models.local]\nprovider = \"lab\"\nmodel = \"qwen3:8b\"\n",
+            &[
+                ("LAB_KEY", "sk-lab-secret"),
+                ("ANTHROPIC_API_KEY", "sk-ant-secret"),
+            ],
+        );
+        let pinned = reg.pin("local").unwrap();
+        insta::assert_json_snapshot!("pinned_openai_chat", pinned);
+        let sonnet = reg.pin("sonnet").unwrap();
+        insta::assert_json_snapshot!("pinned_sonnet", sonnet);
+        for p in [&pinned, &sonnet] {
+            let json = serde_json::to_string(p).unwrap();
+            assert!(!json.contains("secret"), "{json}");
+            let back: PinnedModel = serde_json::from_str(&json).unwrap();
+            assert_eq!(&back, p);
+        }
+        // Resolving gives the same digest as pinning.
+        assert_eq!(reg.resolve("local").unwrap().config_digest, pinned.digest());
+    }
+
+    #[test]
+    fn pinning_needs_no_credential() {
+        let pinned = registry("", &[]).pin("sonnet").unwrap();
+        assert_eq!(
+            pinned.provider.api_key_env.as_deref(),
+            Some("ANTHROPIC_API_KEY")
+        );
+        assert_eq!(pinned.provider.base_url, "https://api.anthropic.com");
+    }
+
+    #[test]
+    fn a_pinned_model_resolves_to_itself_from_its_own_config() {
+        let pinned = registry("", &[]).pin("ollama:qwen3:8b").unwrap();
+        let reg = Registry::with_env(pinned.config(), |_| None);
+        assert_eq!(reg.pin(&pinned.name).unwrap(), pinned);
+        assert_eq!(reg.default_model(), Some("ollama:qwen3:8b"));
+        assert!(reg.config().permissions.is_empty());
+        let resolved = reg.resolve(&pinned.name).unwrap();
+        assert_eq!(resolved.config_digest, pinned.digest());
+        assert_eq!(resolved.provider.name(), "ollama");
+    }
+
+    #[test]
+    fn changes_name_each_field_and_change_the_digest() {
+        let old = registry("", &[]).pin("sonnet").unwrap();
+        let mut new = old.clone();
+        new.provider.base_url = "https://proxy.example".into();
+        new.max_output_tokens = 8000;
+        assert_ne!(new.digest(), old.digest());
+        assert_eq!(
+            new.changes_from(&old),
+            [
+                "max_output_tokens 16000 → 8000",
+                "provider.base_url \"https://api.anthropic.com\" → \"https://proxy.example\"",
+            ]
+        );
+        let mut renamed = old.clone();
+        renamed.name = "other".into();
+        assert_eq!(renamed.digest(), old.digest(), "the alias is not behaviour");
+        let mut unpriced = old.clone();
+        unpriced.pricing = None;
+        assert!(
+            unpriced.changes_from(&old)[0].starts_with("pricing {\"cache_read\":0.3,"),
+            "{:?}",
+            unpriced.changes_from(&old)
+        );
     }
 
     #[test]
