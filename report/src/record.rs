@@ -5,7 +5,8 @@
 //! Version 1 fields (documented in the README):
 //! - `schema_version`: 1
 //! - `sweep`, `task`, `model` (the alias), `trial` (0-based), `attempt` (1-based: infra retries)
-//! - `pass`: the verdict, `null` when the trial could not be completed (`infra_error` set)
+//! - `pass`: the verdict, `null` exactly when the trial could not be completed (`infra_error`
+//!   set); a reader refuses a record with both a verdict and an infra error
 //! - `outcome`: how the agent's turn ended (`done`, `max_steps`, `max_tokens`, `refused`,
 //!   `cancelled`, `protocol_stopped`, `failed`, `timeout`), `null` if it never ran
 //! - `infra_error`: why the trial could not be completed (provider unreachable after retries,
@@ -135,6 +136,8 @@ pub struct RecordError {
 pub struct RecordView<'a> {
     pub schema_version: u32,
     #[serde(borrow)]
+    pub sweep: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
     pub task: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     pub model: std::borrow::Cow<'a, str>,
@@ -146,6 +149,19 @@ pub struct RecordView<'a> {
     pub steps: u32,
     pub cost_usd: Option<f64>,
     pub duration_ms: u64,
+    #[serde(default)]
+    pub check_outcome: Option<CheckOutcome>,
+    #[serde(default)]
+    pub tamper: Vec<TamperFinding>,
+}
+
+impl RecordView<'_> {
+    /// The workspace changed test infrastructure: a graded trial whose grading ended
+    /// `tampered` or that carries tamper findings. Never counted as a pass.
+    pub fn tampered(&self) -> bool {
+        self.pass.is_some()
+            && (self.check_outcome == Some(CheckOutcome::Tampered) || !self.tamper.is_empty())
+    }
 }
 
 /// Parses one line of a results file.
@@ -167,8 +183,16 @@ pub fn parse_line<'a>(
             view.schema_version
         )));
     }
-    if view.pass.is_none() && view.infra_error.is_none() {
-        return Err(err("pass is null but infra_error is not set: a trial is either graded or an infrastructure failure".into()));
+    match (view.pass, &view.infra_error) {
+        (None, None) => {
+            return Err(err("pass is null but infra_error is not set: a trial is either graded or an infrastructure failure".into()));
+        }
+        (Some(pass), Some(reason)) => {
+            return Err(err(format!(
+                "pass is {pass} but infra_error is set ({reason:?}): a trial is either graded or an infrastructure failure, not both"
+            )));
+        }
+        _ => {}
     }
     Ok(view)
 }

@@ -36,6 +36,7 @@ pub fn table(r: &Report) -> String {
         "tasks".into(),
         "trials".into(),
         "infra".into(),
+        "tampered".into(),
     ];
     header.extend(metric_names.iter().map(|n| format!("{n} (95% CI)")));
     header.extend([
@@ -50,6 +51,7 @@ pub fn table(r: &Report) -> String {
             m.tasks.to_string(),
             m.graded_trials.to_string(),
             m.infra_errors.to_string(),
+            m.tampered.to_string(),
         ];
         row.extend(
             m.metrics
@@ -87,10 +89,16 @@ pub fn table(r: &Report) -> String {
             let mut row = vec![task.to_string()];
             for m in &r.models {
                 row.push(match m.cells.iter().find(|c| c.task == task) {
-                    Some(c) if c.infra_errors > 0 => {
-                        format!("{}/{} (+{} infra)", c.c, c.n, c.infra_errors)
+                    Some(c) => {
+                        let mut cell = format!("{}/{}", c.c, c.n);
+                        if c.tampered > 0 {
+                            let _ = write!(cell, " ({} tampered)", c.tampered);
+                        }
+                        if c.infra_errors > 0 {
+                            let _ = write!(cell, " (+{} infra)", c.infra_errors);
+                        }
+                        cell
                     }
-                    Some(c) => format!("{}/{}", c.c, c.n),
                     None => "—".into(),
                 });
             }
@@ -118,6 +126,41 @@ pub fn table(r: &Report) -> String {
         }
         if r.infra_errors_total as usize > r.infra_errors.len().min(20) {
             let _ = writeln!(out, "  … (all of them are in --format json)");
+        }
+    }
+    if r.tampered_total > 0 {
+        let _ = writeln!(
+            out,
+            "\nTampered trials (the workspace changed test infrastructure; counted as fails): {}",
+            r.tampered_total
+        );
+        for t in r.tampered.iter().take(20) {
+            let findings: Vec<String> = t
+                .findings
+                .iter()
+                .map(|f| format!("{} {} ({})", f.kind, f.path, f.detail))
+                .collect();
+            let _ = writeln!(
+                out,
+                "  {} / {} / trial {}: {}",
+                t.model,
+                t.task,
+                t.trial,
+                if findings.is_empty() {
+                    "no findings recorded".to_string()
+                } else {
+                    findings.join("; ")
+                }
+            );
+        }
+        if r.tampered_total as usize > r.tampered.len().min(20) {
+            let _ = writeln!(out, "  … (the findings are in --format json or html)");
+        }
+    }
+    if !r.notes.is_empty() {
+        let _ = writeln!(out, "\nNotes:");
+        for n in &r.notes {
+            let _ = writeln!(out, "  {n}");
         }
     }
     if let Some(base) = &r.baseline {
@@ -181,7 +224,9 @@ pub fn html(r: &Report) -> String {
          <h1>anvil eval report</h1>"
     );
     // Summary table.
-    h.push_str("<table><tr><th>model</th><th>tasks</th><th>trials</th><th>infra</th>");
+    h.push_str(
+        "<table><tr><th>model</th><th>tasks</th><th>trials</th><th>infra</th><th>tampered</th>",
+    );
     if let Some(m) = r.models.first() {
         for x in &m.metrics {
             let _ = write!(h, "<th>{} (95% CI)</th>", esc(&x.name));
@@ -191,11 +236,12 @@ pub fn html(r: &Report) -> String {
     for m in &r.models {
         let _ = write!(
             h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
             esc(&m.model),
             m.tasks,
             m.graded_trials,
-            m.infra_errors
+            m.infra_errors,
+            m.tampered
         );
         for x in &m.metrics {
             let _ = write!(h, "<td>{}{}</td>", pct(x.value), ci(x.ci));
@@ -314,11 +360,16 @@ pub fn html(r: &Report) -> String {
                     let green = (170.0 * rate) as u8 + 40;
                     let _ = write!(
                         h,
-                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"rgb({red},{green},70)\"><title>{} / {}: {}/{}</title></rect>",
+                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"rgb({red},{green},70)\"><title>{} / {}: {}/{}{}</title></rect>",
                         esc(&m.model),
                         esc(task),
                         c.c,
-                        c.n
+                        c.n,
+                        if c.tampered > 0 {
+                            format!(" ({} tampered)", c.tampered)
+                        } else {
+                            String::new()
+                        }
                     );
                 }
                 None => {
@@ -353,6 +404,50 @@ pub fn html(r: &Report) -> String {
                 e.trial,
                 esc(&e.reason)
             );
+        }
+        h.push_str("</ul>");
+    }
+    if r.tampered_total > 0 {
+        let _ = write!(
+            h,
+            "<h2>Tampered trials ({}): the workspace changed test infrastructure; counted as fails</h2><ul>",
+            r.tampered_total
+        );
+        for t in &r.tampered {
+            let _ = write!(
+                h,
+                "<li>{} / {} / trial {}<ul>",
+                esc(&t.model),
+                esc(&t.task),
+                t.trial
+            );
+            if t.findings.is_empty() {
+                h.push_str("<li>no findings recorded</li>");
+            }
+            for f in &t.findings {
+                let _ = write!(
+                    h,
+                    "<li><code>{}</code> {}: {}</li>",
+                    esc(&f.path),
+                    esc(&f.kind),
+                    esc(&f.detail)
+                );
+            }
+            h.push_str("</ul></li>");
+        }
+        if r.tampered_total as usize > r.tampered.len() {
+            let _ = write!(
+                h,
+                "<li>… {} more (not listed)</li>",
+                r.tampered_total as usize - r.tampered.len()
+            );
+        }
+        h.push_str("</ul>");
+    }
+    if !r.notes.is_empty() {
+        h.push_str("<h2>Notes</h2><ul>");
+        for n in &r.notes {
+            let _ = write!(h, "<li>{}</li>", esc(n));
         }
         h.push_str("</ul>");
     }

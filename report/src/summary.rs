@@ -1,5 +1,12 @@
 //! From trial records to a [`Report`]: per-task counts first, then per-model means over tasks
-//! with intervals, infrastructure failures apart, and an optional paired baseline comparison.
+//! with intervals, infrastructure failures and tampered trials apart, and an optional paired
+//! baseline comparison.
+//!
+//! One trial is one (sweep, task, model, trial) key. A key seen more than once with different
+//! attempts keeps its highest attempt (an infrastructure retry supersedes the earlier try) and
+//! the report says so in its notes; the same key twice with the *same* attempt is refused, naming
+//! both lines: a results file holds one record per attempt, so it was most likely concatenated
+//! twice, and counting either copy would be a guess.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
@@ -8,7 +15,7 @@ use serde::Serialize;
 
 use crate::estimators::{pass_at_k, pass_hat_k};
 use crate::intervals::{Interval, Z95, bootstrap_mean, clustered_mean, wilson};
-use crate::record::{RecordError, parse_line};
+use crate::record::{RecordError, TamperFinding, parse_line};
 
 /// Resamples for the bootstrap interval, and its fixed seed.
 pub const BOOTSTRAP_RESAMPLES: usize = 2000;
@@ -17,26 +24,43 @@ pub const BOOTSTRAP_SEED: u64 = 0x0061_6e76_696c; // "anvil"
 /// One trial, reduced to what the report needs.
 #[derive(Debug, Clone, Copy)]
 struct Row {
+    sweep: u32,
     task: u32,
     model: u32,
     trial: u32,
     attempt: u32,
-    /// `None`: an infrastructure failure.
+    /// `None`: an infrastructure failure. A tampered trial is `Some(false)`.
     pass: Option<bool>,
+    tampered: bool,
     steps: u32,
     cost: Option<f64>,
     duration_ms: u64,
+    /// The line of the results file it came from (1-based).
+    line: usize,
+    /// Index into `Trials::details` (infrastructure failures and tampered trials).
+    detail: Option<u32>,
+}
+
+/// What a report lists about a trial beyond its counts.
+#[derive(Debug, Clone)]
+enum Detail {
+    Infra(String),
+    Tampered(Vec<TamperFinding>),
 }
 
 /// All trials of one or more results files.
 #[derive(Debug, Default)]
 pub struct Trials {
+    source_name: String,
+    sweeps: Vec<String>,
     tasks: Vec<String>,
     models: Vec<String>,
+    sweep_ids: HashMap<String, u32>,
     task_ids: HashMap<String, u32>,
     model_ids: HashMap<String, u32>,
     rows: Vec<Row>,
-    infra: Vec<(u32, u32, u32, String)>,
+    details: Vec<Detail>,
+    notes: Vec<String>,
 }
 
 fn intern(names: &mut Vec<String>, ids: &mut HashMap<String, u32>, name: &str) -> u32 {
@@ -51,6 +75,10 @@ fn intern(names: &mut Vec<String>, ids: &mut HashMap<String, u32>, name: &str) -
 
 /// Infrastructure failures listed one by one in a report (the count is always complete).
 pub const MAX_LISTED_INFRA: usize = 200;
+/// Tampered trials listed one by one, with their findings (the count is always complete).
+pub const MAX_LISTED_TAMPERED: usize = 200;
+/// Superseded attempts named one by one in the notes (the count is always complete).
+pub const MAX_LISTED_SUPERSEDED: usize = 20;
 
 /// Interns names, remembering the last one (consecutive records usually share task and model).
 #[derive(Default)]
@@ -76,10 +104,11 @@ impl Interner {
 /// What one reader produced from its part of the input.
 #[derive(Default)]
 struct Part {
+    sweeps: Interner,
     tasks: Interner,
     models: Interner,
     rows: Vec<Row>,
-    infra: Vec<(u32, u32, u32, String)>,
+    details: Vec<Detail>,
     lines: usize,
 }
 
@@ -96,27 +125,35 @@ impl Part {
             if line.trim().is_empty() {
                 continue;
             }
-            let r = parse_line(line, source_name, first_line + i)?;
+            let number = first_line + i;
+            let r = parse_line(line, source_name, number)?;
+            let sweep = self.sweeps.id(&r.sweep);
             let task = self.tasks.id(&r.task);
             let model = self.models.id(&r.model);
-            if let (None, Some(reason)) = (r.pass, &r.infra_error)
-                && self.infra.len() < MAX_LISTED_INFRA
-            {
-                self.infra.push((model, task, r.trial, reason.to_string()));
-            }
+            let tampered = r.tampered();
+            // parse_line guarantees: pass is null exactly when infra_error is set.
+            let detail = match (&r.infra_error, tampered) {
+                (Some(reason), _) => Some(Detail::Infra(reason.to_string())),
+                (None, true) => Some(Detail::Tampered(r.tamper.clone())),
+                (None, false) => None,
+            };
+            let detail = detail.map(|d| {
+                self.details.push(d);
+                (self.details.len() - 1) as u32
+            });
             self.rows.push(Row {
+                sweep,
                 task,
                 model,
                 trial: r.trial,
                 attempt: r.attempt,
-                pass: if r.infra_error.is_some() {
-                    None
-                } else {
-                    r.pass
-                },
+                pass: if tampered { Some(false) } else { r.pass },
+                tampered,
                 steps: r.steps,
                 cost: r.cost_usd,
                 duration_ms: r.duration_ms,
+                line: number,
+                detail,
             });
         }
         Ok(())
@@ -200,9 +237,12 @@ impl Trials {
         })?;
         let mut part = Part::default();
         part.parse(&text, source_name, 1)?;
-        let mut t = Trials::default();
-        t.merge(part);
-        t.dedupe();
+        let mut t = Trials {
+            source_name: source_name.to_string(),
+            ..Trials::default()
+        };
+        t.merge(part, 0);
+        t.dedupe()?;
         Ok(t)
     }
 
@@ -269,21 +309,32 @@ impl Trials {
                 })
                 .collect()
         });
-        let mut t = Trials::default();
+        let mut t = Trials {
+            source_name: source_name.clone(),
+            ..Trials::default()
+        };
         let mut lines_before = 0;
         for (part, result) in results {
             if let Err(mut e) = result {
                 e.line += lines_before;
                 return Err(e);
             }
-            lines_before += part.lines;
-            t.merge(part);
+            let lines = part.lines;
+            t.merge(part, lines_before);
+            lines_before += lines;
         }
-        t.dedupe();
+        t.dedupe()?;
         Ok(t)
     }
 
-    fn merge(&mut self, part: Part) {
+    /// Adds a part's rows; its line numbers start after `lines_before`.
+    fn merge(&mut self, part: Part, lines_before: usize) {
+        let sweep_map: Vec<u32> = part
+            .sweeps
+            .names
+            .iter()
+            .map(|n| intern(&mut self.sweeps, &mut self.sweep_ids, n))
+            .collect();
         let task_map: Vec<u32> = part
             .tasks
             .names
@@ -296,35 +347,100 @@ impl Trials {
             .iter()
             .map(|n| intern(&mut self.models, &mut self.model_ids, n))
             .collect();
+        let details_before = self.details.len() as u32;
+        self.details.extend(part.details);
         self.rows.extend(part.rows.into_iter().map(|r| Row {
+            sweep: sweep_map[r.sweep as usize],
             task: task_map[r.task as usize],
             model: model_map[r.model as usize],
+            line: r.line + lines_before,
+            detail: r.detail.map(|d| d + details_before),
             ..r
         }));
-        for (m, t, trial, reason) in part.infra {
-            if self.infra.len() < MAX_LISTED_INFRA {
-                self.infra
-                    .push((model_map[m as usize], task_map[t as usize], trial, reason));
-            }
-        }
     }
 
-    /// A (task, model, trial) seen twice keeps its latest attempt.
-    fn dedupe(&mut self) {
+    /// `sweep/task/model#trial`, as the queue names a trial.
+    fn key_name(&self, r: &Row) -> String {
+        format!(
+            "{}/{}/{}#{}",
+            self.sweeps[r.sweep as usize],
+            self.tasks[r.task as usize],
+            self.models[r.model as usize],
+            r.trial
+        )
+    }
+
+    /// One row per (sweep, task, model, trial): the highest attempt, with a note naming what it
+    /// superseded. The same key twice with the same attempt is an error naming both lines.
+    fn dedupe(&mut self) -> Result<(), RecordError> {
+        let key = |r: &Row| (r.sweep, r.task, r.model, r.trial);
         self.rows
-            .sort_unstable_by_key(|r| (r.task, r.model, r.trial, r.attempt));
-        // After sorting, the latest attempt of a trial is the last of its run.
+            .sort_unstable_by_key(|r| (r.sweep, r.task, r.model, r.trial, r.attempt, r.line));
         let mut keep = Vec::with_capacity(self.rows.len());
-        for (i, r) in self.rows.iter().enumerate() {
-            let next_same = self
-                .rows
-                .get(i + 1)
-                .is_some_and(|n| (n.task, n.model, n.trial) == (r.task, r.model, r.trial));
-            if !next_same {
-                keep.push(*r);
+        let mut superseded = 0usize;
+        let mut listed = Vec::new();
+        let mut start = 0;
+        while start < self.rows.len() {
+            let mut end = start + 1;
+            while end < self.rows.len() && key(&self.rows[end]) == key(&self.rows[start]) {
+                end += 1;
             }
+            let group = &self.rows[start..end];
+            for pair in group.windows(2) {
+                if pair[0].attempt == pair[1].attempt {
+                    return Err(RecordError {
+                        source_name: self.source_name.clone(),
+                        line: pair[1].line,
+                        reason: format!(
+                            "trial {} attempt {} is also on line {}: a results file holds one record per attempt (was it concatenated twice?)",
+                            self.key_name(&pair[1]),
+                            pair[1].attempt,
+                            pair[0].line
+                        ),
+                    });
+                }
+            }
+            let last = group[group.len() - 1];
+            if group.len() > 1 {
+                superseded += 1;
+                if listed.len() < MAX_LISTED_SUPERSEDED {
+                    let attempts: Vec<String> = group
+                        .iter()
+                        .map(|r| format!("{} (line {})", r.attempt, r.line))
+                        .collect();
+                    listed.push(format!(
+                        "{}: attempts {}; kept attempt {}",
+                        self.key_name(&last),
+                        attempts.join(", "),
+                        last.attempt
+                    ));
+                }
+            }
+            keep.push(last);
+            start = end;
         }
         self.rows = keep;
+        if superseded > 0 {
+            let source = &self.source_name;
+            self.notes.push(format!(
+                "{source}: {superseded} trial(s) appear with several attempts; each counts once, with its highest attempt"
+            ));
+            for line in listed {
+                self.notes.push(format!("{source}: {line}"));
+            }
+            if superseded > MAX_LISTED_SUPERSEDED {
+                self.notes.push(format!(
+                    "{source}: … and {} more trial(s) with several attempts",
+                    superseded - MAX_LISTED_SUPERSEDED
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// What the reader had to decide about its input (e.g. superseded attempts), for a person.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
     }
 
     pub fn len(&self) -> usize {
@@ -340,11 +456,13 @@ impl Trials {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TaskCell {
     pub task: String,
-    /// Graded trials (infrastructure failures excluded).
+    /// Graded trials (infrastructure failures excluded; tampered ones included, as fails).
     pub n: u32,
     /// Passed trials.
     pub c: u32,
     pub infra_errors: u32,
+    /// Graded trials whose workspace changed test infrastructure (counted as fails).
+    pub tampered: u32,
     pub rate: Option<f64>,
     pub wilson: Option<Interval>,
 }
@@ -369,6 +487,9 @@ pub struct ModelReport {
     pub tasks: usize,
     pub graded_trials: u64,
     pub infra_errors: u64,
+    /// Graded trials whose workspace changed test infrastructure: counted as fails, never as
+    /// passes, and listed with their findings in [`Report::tampered`].
+    pub tampered: u64,
     pub metrics: Vec<Metric>,
     pub mean_steps: Option<f64>,
     /// Mean cost over the trials whose cost is known; `None` when none is.
@@ -384,6 +505,15 @@ pub struct InfraError {
     pub task: String,
     pub trial: u32,
     pub reason: String,
+}
+
+/// A trial whose workspace changed test infrastructure, with what the grader found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TamperedTrial {
+    pub model: String,
+    pub task: String,
+    pub trial: u32,
+    pub findings: Vec<TamperFinding>,
 }
 
 /// A paired per-task difference against the baseline, for one model and metric.
@@ -421,16 +551,34 @@ pub struct Report {
     pub models: Vec<ModelReport>,
     pub infra_errors_total: u64,
     pub infra_errors: Vec<InfraError>,
+    /// Tampered trials over all models (each counted as a fail).
+    pub tampered_total: u64,
+    /// The first [`MAX_LISTED_TAMPERED`] tampered trials with their findings.
+    pub tampered: Vec<TamperedTrial>,
+    /// What the reader decided about its input (e.g. superseded attempts), for a person.
+    pub notes: Vec<String>,
     pub baseline: Option<Vec<Comparison>>,
 }
 
 pub const REPORT_SCHEMA: &str = "anvil-report/1";
 
+/// One (model, task)'s counts.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cell {
+    /// Graded.
+    n: u32,
+    /// Passed.
+    c: u32,
+    infra: u32,
+    tampered: u32,
+}
+
 struct ModelStats {
-    per_task: BTreeMap<u32, (u32, u32, u32)>, // task → (n, c, infra)
+    per_task: BTreeMap<u32, Cell>,
     steps: u64,
     graded: u64,
     infra: u64,
+    tampered: u64,
     cost_sum: f64,
     cost_known: u64,
     cost_unknown: u64,
@@ -445,22 +593,27 @@ fn model_stats(trials: &Trials) -> BTreeMap<String, ModelStats> {
             steps: 0,
             graded: 0,
             infra: 0,
+            tampered: 0,
             cost_sum: 0.0,
             cost_known: 0,
             cost_unknown: 0,
             durations: Vec::new(),
         });
-        let cell = s.per_task.entry(r.task).or_insert((0, 0, 0));
+        let cell = s.per_task.entry(r.task).or_default();
         match r.pass {
             None => {
-                cell.2 += 1;
+                cell.infra += 1;
                 s.infra += 1;
                 continue;
             }
             Some(p) => {
-                cell.0 += 1;
-                cell.1 += u32::from(p);
+                cell.n += 1;
+                cell.c += u32::from(p && !r.tampered);
             }
+        }
+        if r.tampered {
+            cell.tampered += 1;
+            s.tampered += 1;
         }
         s.graded += 1;
         s.steps += u64::from(r.steps);
@@ -484,8 +637,8 @@ fn per_task_values(stats: &ModelStats, name: &str, k: u32) -> BTreeMap<u32, f64>
     stats
         .per_task
         .iter()
-        .filter(|(_, (n, _, _))| *n >= k && *n > 0)
-        .filter_map(|(&task, &(n, c, _))| {
+        .filter(|(_, cell)| cell.n >= k && cell.n > 0)
+        .filter_map(|(&task, &Cell { n, c, .. })| {
             let v = if name.starts_with("pass^") {
                 pass_hat_k(n, c, i64::from(k))
             } else {
@@ -541,20 +694,32 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
         let cells = s
             .per_task
             .iter()
-            .map(|(&task, &(n, c, infra))| TaskCell {
-                task: trials.tasks[task as usize].clone(),
-                n,
-                c,
-                infra_errors: infra,
-                rate: (n > 0).then(|| f64::from(c) / f64::from(n)),
-                wilson: wilson(c.into(), n.into(), Z95),
-            })
+            .map(
+                |(
+                    &task,
+                    &Cell {
+                        n,
+                        c,
+                        infra,
+                        tampered,
+                    },
+                )| TaskCell {
+                    task: trials.tasks[task as usize].clone(),
+                    n,
+                    c,
+                    infra_errors: infra,
+                    tampered,
+                    rate: (n > 0).then(|| f64::from(c) / f64::from(n)),
+                    wilson: wilson(c.into(), n.into(), Z95),
+                },
+            )
             .collect();
         models.push(ModelReport {
             model: model.clone(),
             tasks: s.per_task.len(),
             graded_trials: s.graded,
             infra_errors: s.infra,
+            tampered: s.tampered,
             metrics,
             mean_steps: (s.graded > 0).then(|| s.steps as f64 / s.graded as f64),
             mean_cost_usd: (s.cost_known > 0).then(|| s.cost_sum / s.cost_known as f64),
@@ -563,16 +728,39 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
             cells,
         });
     }
+    let detail = |r: &Row| r.detail.and_then(|d| trials.details.get(d as usize));
     let infra_errors = trials
-        .infra
+        .rows
         .iter()
-        .map(|(m, t, trial, reason)| InfraError {
-            model: trials.models[*m as usize].clone(),
-            task: trials.tasks[*t as usize].clone(),
-            trial: *trial,
-            reason: reason.clone(),
+        .filter_map(|r| match detail(r) {
+            Some(Detail::Infra(reason)) if r.pass.is_none() => Some(InfraError {
+                model: trials.models[r.model as usize].clone(),
+                task: trials.tasks[r.task as usize].clone(),
+                trial: r.trial,
+                reason: reason.clone(),
+            }),
+            _ => None,
         })
+        .take(MAX_LISTED_INFRA)
         .collect();
+    let tampered = trials
+        .rows
+        .iter()
+        .filter_map(|r| match detail(r) {
+            Some(Detail::Tampered(findings)) if r.tampered => Some(TamperedTrial {
+                model: trials.models[r.model as usize].clone(),
+                task: trials.tasks[r.task as usize].clone(),
+                trial: r.trial,
+                findings: findings.clone(),
+            }),
+            _ => None,
+        })
+        .take(MAX_LISTED_TAMPERED)
+        .collect();
+    let mut notes = trials.notes.clone();
+    if let Some(b) = baseline {
+        notes.extend(b.notes.iter().map(|n| format!("baseline: {n}")));
+    }
     Report {
         schema: REPORT_SCHEMA,
         k: {
@@ -582,8 +770,11 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
             k
         },
         infra_errors_total: stats.values().map(|s| s.infra).sum(),
+        tampered_total: stats.values().map(|s| s.tampered).sum(),
         models,
         infra_errors,
+        tampered,
+        notes,
         baseline: baseline.map(|b| compare(trials, &stats, b, &names)),
     }
 }

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
-use anvil_report::record::{Accounting, Digests, Tokens};
+use anvil_report::record::{Accounting, CheckOutcome, Digests, TamperFinding, Tokens};
 use anvil_report::summary::Verdict;
 use anvil_report::{SCHEMA_VERSION, TrialRecord, Trials, render, report};
 
@@ -137,6 +137,173 @@ fn a_rerun_trial_replaces_its_earlier_attempt() {
     let r = report(&trials(&text), &[1], None);
     assert_eq!(r.models[0].graded_trials, 1);
     assert_eq!(r.models[0].infra_errors, 0);
+    assert!(
+        r.infra_errors.is_empty(),
+        "a superseded infrastructure failure is not listed: {:?}",
+        r.infra_errors
+    );
+    assert_eq!(
+        r.notes,
+        [
+            "results.jsonl: 1 trial(s) appear with several attempts; each counts once, with its highest attempt",
+            "results.jsonl: s1/task-00/alpha#0: attempts 1 (line 2), 2 (line 1); kept attempt 2",
+        ]
+    );
+    let table = render::table(&r);
+    assert!(
+        table.contains(
+            "\n  results.jsonl: s1/task-00/alpha#0: attempts 1 (line 2), 2 (line 1); kept attempt 2"
+        ),
+        "{table}"
+    );
+    assert!(render::json(&r).contains("kept attempt 2"));
+    assert!(render::html(&r).contains("kept attempt 2"));
+}
+
+fn line(r: &TrialRecord) -> String {
+    serde_json::to_string(r).unwrap() + "\n"
+}
+
+#[test]
+fn a_record_with_both_a_verdict_and_an_infra_error_is_refused() {
+    let mut both = record("task-00", "alpha", 1, Some(true), None);
+    both.infra_error = Some("grader error: check crashed".into());
+    let text = line(&record("task-00", "alpha", 0, Some(true), None)) + &line(&both);
+    let err = Trials::read(text.as_bytes(), "results.jsonl").unwrap_err();
+    assert_eq!(err.line, 2);
+    assert_eq!(
+        err.to_string(),
+        "results.jsonl:2: pass is true but infra_error is set (\"grader error: check crashed\"): \
+         a trial is either graded or an infrastructure failure, not both"
+    );
+    // Read in parallel from a file, the line is still the file's.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("both.jsonl");
+    let good = line(&record("task-00", "alpha", 0, Some(true), None));
+    let mut text = String::new();
+    for trial in 0..999 {
+        text.push_str(&line(&record("task-00", "alpha", trial, Some(false), None)));
+    }
+    both.trial = 5000;
+    text.push_str(&line(&both));
+    text.push_str(&good.replace("\"trial\":0", "\"trial\":5001"));
+    std::fs::write(&path, text).unwrap();
+    let err = Trials::read_file(&path).unwrap_err();
+    assert_eq!(err.line, 1000, "{err}");
+    assert!(
+        err.to_string()
+            .contains("both.jsonl:1000: pass is true but infra_error is set")
+    );
+}
+
+#[test]
+fn the_same_attempt_twice_is_refused_naming_both_lines() {
+    let one = line(&record("task-00", "alpha", 0, Some(true), None));
+    let text = one.clone() + &line(&record("task-01", "alpha", 0, Some(true), None)) + &one;
+    let err = Trials::read(text.as_bytes(), "twice.jsonl").unwrap_err();
+    assert_eq!(err.line, 3);
+    assert_eq!(
+        err.to_string(),
+        "twice.jsonl:3: trial s1/task-00/alpha#0 attempt 1 is also on line 1: a results file \
+         holds one record per attempt (was it concatenated twice?)"
+    );
+}
+
+#[test]
+fn trials_of_different_sweeps_are_different_trials() {
+    let first = record("task-00", "alpha", 0, Some(true), None);
+    let mut second = record("task-00", "alpha", 0, Some(false), None);
+    second.sweep = "s2".into();
+    let r = report(&trials(&(line(&first) + &line(&second))), &[1], None);
+    assert_eq!(r.models[0].graded_trials, 2);
+    assert_eq!((r.models[0].cells[0].n, r.models[0].cells[0].c), (2, 1));
+    assert!(r.notes.is_empty(), "{:?}", r.notes);
+}
+
+fn tampered(
+    task: &str,
+    model: &str,
+    trial: u32,
+    pass: bool,
+    findings: &[(&str, &str)],
+) -> TrialRecord {
+    let mut r = record(task, model, trial, Some(pass), Some(0.01));
+    r.check_outcome = Some(CheckOutcome::Tampered);
+    r.grader_sandbox = Some("bubblewrap+seccomp".into());
+    r.tamper = findings
+        .iter()
+        .map(|(path, kind)| TamperFinding {
+            path: path.to_string(),
+            kind: kind.to_string(),
+            detail: format!("{path} <changed> & flagged"),
+        })
+        .collect();
+    r
+}
+
+#[test]
+fn tampered_trials_are_fails_reported_apart_with_their_findings() {
+    let mut text = jsonl("alpha", &[5, 5], Some(0.01));
+    text.push_str(&jsonl("beta", &[2, 0], Some(0.01)));
+    // alpha: two of its passes on task-00 were earned by tampering. One says pass=false as the
+    // grader writes it; the other claims a pass, which a tampered trial never is.
+    let lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let mut text = String::new();
+    for l in &lines {
+        let mut r: TrialRecord = serde_json::from_str(l).unwrap();
+        if r.model == "alpha" && r.task == "task-00" && r.trial == 1 {
+            r = tampered(
+                "task-00",
+                "alpha",
+                1,
+                false,
+                &[("unittest/__init__.py", "shadows_module")],
+            );
+        } else if r.model == "alpha" && r.task == "task-00" && r.trial == 3 {
+            r = tampered(
+                "task-00",
+                "alpha",
+                3,
+                true,
+                &[
+                    (".cargo/config.toml", "cargo_config"),
+                    ("build.rs", "build_script"),
+                ],
+            );
+        }
+        text.push_str(&line(&r));
+    }
+    // A failed trial with findings but no check_outcome (written before outcomes existed).
+    let mut fail_with_findings: TrialRecord = record("task-01", "beta", 7, Some(false), None);
+    fail_with_findings.tamper = vec![TamperFinding {
+        path: "conftest.py".into(),
+        kind: "conftest".into(),
+        detail: "new conftest.py".into(),
+    }];
+    text.push_str(&line(&fail_with_findings));
+    let r = report(&trials(&text), &[1], None);
+    let (alpha, beta) = (&r.models[0], &r.models[1]);
+    assert_eq!((alpha.model.as_str(), alpha.tampered), ("alpha", 2));
+    assert_eq!(alpha.graded_trials, 10, "tampered trials are graded");
+    assert_eq!(
+        (alpha.cells[0].c, alpha.cells[0].n, alpha.cells[0].tampered),
+        (3, 5, 2)
+    );
+    assert!((alpha.metrics[0].value.unwrap() - (0.6 + 1.0) / 2.0).abs() < 1e-12);
+    assert_eq!((beta.tampered, beta.cells[1].tampered), (1, 1));
+    assert_eq!(r.tampered_total, 3);
+    assert_eq!(r.tampered.len(), 3);
+    assert_eq!(r.tampered[1].findings.len(), 2);
+    let table = render::table(&r);
+    assert!(table.contains("3/5 (2 tampered)"), "{table}");
+    insta::assert_snapshot!("tampered_table", table);
+    insta::assert_snapshot!("tampered_json", render::json(&r));
+    let html = render::html(&r);
+    assert!(
+        html.contains("<li><code>.cargo/config.toml</code> cargo_config: .cargo/config.toml &lt;changed&gt; &amp; flagged</li>"),
+        "{html}"
+    );
+    insta::assert_snapshot!("tampered_html", html);
 }
 
 #[test]
@@ -184,13 +351,15 @@ fn json_is_stable_and_html_is_self_contained() {
 fn a_malformed_line_deep_in_a_file_read_in_parallel_keeps_its_number() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("big.jsonl");
-    let good = serde_json::to_string(&record("task-00", "alpha", 0, Some(true), None)).unwrap();
+    let good = |trial| {
+        serde_json::to_string(&record("task-00", "alpha", trial, Some(true), None)).unwrap()
+    };
     let mut text = String::new();
     for i in 1..=3000 {
         if i == 2345 {
             text.push_str("{\"schema_version\": 1, \"oops\": true}\n");
         } else {
-            text.push_str(&good);
+            text.push_str(&good(i));
             text.push('\n');
         }
     }
@@ -200,7 +369,7 @@ fn a_malformed_line_deep_in_a_file_read_in_parallel_keeps_its_number() {
     // And a clean file reads the same in parallel as sequentially.
     std::fs::write(
         &path,
-        text.replace("{\"schema_version\": 1, \"oops\": true}", &good),
+        text.replace("{\"schema_version\": 1, \"oops\": true}", &good(2345)),
     )
     .unwrap();
     let parallel = report(&Trials::read_file(&path).unwrap(), &[1], None);
