@@ -35,6 +35,8 @@ pub struct ProcessSpec {
     pub capture_tail: usize,
     /// How long readers may keep going after the process group is gone.
     pub reader_grace: Duration,
+    /// Descriptors the child gets at 3, 4, … in this order (see [`ProcessSpec::pass_fd`]).
+    pub pass_fds: Vec<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 impl ProcessSpec {
@@ -48,7 +50,17 @@ impl ProcessSpec {
             capture_head: 16 * 1024,
             capture_tail: 16 * 1024,
             reader_grace: Duration::from_millis(250),
+            pass_fds: Vec::new(),
         }
+    }
+
+    /// Gives the child `fd` and returns the number it has there (3, then 4, …). Only this
+    /// child gets it: the descriptor stays close-on-exec in anvil and is placed at its number
+    /// between fork and exec, so a process spawned concurrently by another task never inherits
+    /// it (an inheritable descriptor would leak into every child started meanwhile).
+    pub fn pass_fd(&mut self, fd: std::sync::Arc<std::os::fd::OwnedFd>) -> i32 {
+        self.pass_fds.push(fd);
+        FIRST_PASSED_FD + self.pass_fds.len() as i32 - 1
     }
 
     pub fn args<I, S>(mut self, args: I) -> Self
@@ -76,6 +88,9 @@ impl ProcessSpec {
         self
     }
 }
+
+/// The number the first passed descriptor gets in the child.
+const FIRST_PASSED_FD: i32 = 3;
 
 /// How the process ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,7 +234,12 @@ pub async fn run(
     cancel: &CancellationToken,
 ) -> Result<ProcessOutput, ProcessError> {
     let started = Instant::now();
-    let mut child = tokio::process::Command::new(&spec.program)
+    let spawn_err = |source| ProcessError::Spawn {
+        program: spec.program.clone(),
+        source,
+    };
+    let mut command = tokio::process::Command::new(&spec.program);
+    command
         .args(&spec.args)
         .current_dir(&spec.cwd)
         .env_clear()
@@ -228,12 +248,31 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| ProcessError::Spawn {
-            program: spec.program.clone(),
-            source,
+        .kill_on_drop(true);
+    // command-fds places each descriptor at its number between fork and exec; anvil's own
+    // copies stay close-on-exec.
+    let mappings = spec
+        .pass_fds
+        .iter()
+        .enumerate()
+        .map(|(i, fd)| {
+            Ok(command_fds::FdMapping {
+                parent_fd: fd.try_clone()?,
+                child_fd: FIRST_PASSED_FD + i as i32,
+            })
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(spawn_err)?;
+    if !mappings.is_empty() {
+        use command_fds::CommandFdExt;
+        command.fd_mappings(mappings).map_err(|e| {
+            spawn_err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                e.to_string(),
+            ))
         })?;
+    }
+    let mut child = command.spawn().map_err(spawn_err)?;
     let mut guard = match child.id() {
         Some(pid) => GroupGuard::new(pid as i32),
         None => GroupGuard { pgid: None },

@@ -6,9 +6,10 @@ mod sweeps;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anvil_grader::{GradeOptions, Task, Verdict, find_tasks, grade, validate};
+use anvil_grader::{GradeOptions, Task, Verdict, find_tasks, grade};
 use anvil_report::render;
 use anvil_report::summary::{Trials, report};
+use anvil_runner::validate::validate;
 use clap::{Parser, Subcommand, ValueEnum};
 
 const AFTER_HELP: &str = "\
@@ -28,9 +29,12 @@ The queue defaults to a SQLite file (anvil.db in the data dir); give --queue pos
 share it between machines. Migrations run automatically.
 
 Exit codes: run: 0 every trial completed, 1 some trial could not be completed (infra error or
-cancelled), 130 interrupted (resume with --sweep); grade: 0 pass, 1 fail, 3 grader error;
+cancelled), 130 interrupted (resume with --sweep); grade: 0 pass, 1 fail (failed, check
+timeout or tampered), 3 grader error;
 validate: 0 all tasks sound, 1 otherwise; report, worker, status, export, cancel: 0; any
-command: 2 bad input (a task, a model, a file, a line or a queue that cannot be used).";
+command: 2 bad input (a task, a model, a file, a line or a queue that cannot be used: status,
+export, cancel and report --sweep never create a missing queue database; run and worker stop
+within seconds when theirs is deleted or made read-only under them).";
 
 #[derive(Debug, Parser)]
 #[command(name = "anvil-evals", version, about = "Evals for anvil: tasks, the protected grader and the reporter.", after_help = AFTER_HELP)]
@@ -90,6 +94,9 @@ enum Command {
         /// Keep the grading directory for inspection.
         #[arg(long)]
         keep: bool,
+        /// Grade without any sandbox (recorded in the result). Only where no sandbox can work.
+        #[arg(long)]
+        unsandboxed_grading: bool,
     },
     /// Prove tasks sound: the check fails on the untouched repo and passes with the solution.
     Validate {
@@ -98,6 +105,9 @@ enum Command {
         tasks: String,
         #[arg(long)]
         json: bool,
+        /// Grade without any sandbox (recorded in the result). Only where no sandbox can work.
+        #[arg(long)]
+        unsandboxed_grading: bool,
     },
     /// Report pass@k / pass^k with intervals from trial records (JSONL).
     Report {
@@ -163,6 +173,7 @@ fn main() -> ExitCode {
             workspace,
             json,
             keep,
+            unsandboxed_grading,
         } => {
             let task = match Task::load(&task) {
                 Ok(t) => t,
@@ -173,7 +184,7 @@ fn main() -> ExitCode {
             };
             let opts = GradeOptions {
                 keep_dir: keep,
-                ..GradeOptions::default()
+                unsandboxed: unsandboxed_grading,
             };
             let result = rt.block_on(grade(&task, &workspace, &opts));
             if json {
@@ -185,15 +196,23 @@ fn main() -> ExitCode {
                 let verdict = match result.verdict {
                     Verdict::Pass => "PASS",
                     Verdict::Fail => "FAIL",
+                    Verdict::CheckTimeout => "FAIL (check timeout)",
+                    Verdict::Tampered => "TAMPERED",
                     Verdict::GraderError => "GRADER ERROR",
                 };
                 println!("{verdict}: {} — {}", task.spec.name, result.reason);
-                if !result.skipped_symlinks.is_empty() {
-                    println!(
-                        "not copied (symlinks out of the workspace): {}",
-                        result.skipped_symlinks.join(", ")
-                    );
+                for t in &result.tests {
+                    println!("  {:<8} {}", t.outcome, t.id);
                 }
+                for f in &result.tamper {
+                    println!("  tamper: {} {}: {}", f.kind, f.path, f.detail);
+                }
+                if !result.skipped.is_empty() {
+                    let skipped: Vec<&str> =
+                        result.skipped.iter().map(|s| s.path.as_str()).collect();
+                    println!("  not copied for grading: {}", skipped.join(", "));
+                }
+                println!("  sandbox: {}", result.sandbox);
                 if result.verdict != Verdict::Pass && !result.output_tail.is_empty() {
                     println!(
                         "--- check output (tail) ---\n{}",
@@ -203,11 +222,28 @@ fn main() -> ExitCode {
             }
             ExitCode::from(match result.verdict {
                 Verdict::Pass => 0,
-                Verdict::Fail => 1,
+                Verdict::Fail | Verdict::CheckTimeout | Verdict::Tampered => 1,
                 Verdict::GraderError => 3,
             })
         }
-        Command::Validate { tasks, json } => {
+        Command::Validate {
+            tasks,
+            json,
+            unsandboxed_grading,
+        } => {
+            let opts = GradeOptions {
+                keep_dir: false,
+                unsandboxed: unsandboxed_grading,
+            };
+            let root = match tempfile::Builder::new().prefix("anvil-validate-").tempdir() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!(
+                        "anvil-evals: cannot make a directory for validation workspaces: {e}"
+                    );
+                    return ExitCode::from(2);
+                }
+            };
             let dirs = match find_tasks(&tasks) {
                 Ok(d) => d,
                 Err(e) => {
@@ -226,14 +262,17 @@ fn main() -> ExitCode {
                         continue;
                     }
                 };
-                match rt.block_on(validate(&task, &GradeOptions::default())) {
+                match rt.block_on(validate(&task, &opts, root.path())) {
                     Ok(v) => {
                         all_ok &= v.ok;
                         if !json {
                             match &v.problem {
                                 None => println!(
-                                    "ok      {} (fails untouched, passes solved; sandboxed: {})",
-                                    v.task, v.solved.sandboxed
+                                    "ok      {} (fails untouched, passes solved in {} ms of {} s; sandbox: {})",
+                                    v.task,
+                                    v.solution_check_ms,
+                                    task.spec.check.timeout_secs,
+                                    v.solved.sandbox
                                 ),
                                 Some(p) => println!("UNSOUND {}: {p}", v.task),
                             }
@@ -292,6 +331,12 @@ fn main() -> ExitCode {
                 }
             };
             let r = report(&current, &k, base.as_ref());
+            // The table shows its notes; a JSON or HTML reader may not look for them.
+            if !matches!(format, Format::Table) {
+                for note in &r.notes {
+                    eprintln!("anvil-evals: note: {note}");
+                }
+            }
             let text = match format {
                 Format::Table => render::table(&r),
                 Format::Json => render::json(&r),

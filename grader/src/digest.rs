@@ -18,7 +18,8 @@ pub struct TaskDigests {
     pub task: String,
     /// repo/.
     pub repo: String,
-    /// grader/ (the check and the protected files).
+    /// grader/ (the protected files) and anvil's protected runners: a change to either
+    /// changes what a verdict means.
     pub grader: String,
     /// The declared dependency files in repo/.
     pub dependencies: String,
@@ -89,7 +90,13 @@ pub fn of_task(task: &Task) -> std::io::Result<TaskDigests> {
     Ok(TaskDigests {
         task: hex(&Sha256::digest(std::fs::read(task.dir.join("task.toml"))?)),
         repo: tree(&task.repo())?,
-        grader: tree(&task.grader_dir())?,
+        grader: {
+            let mut g = Sha256::new();
+            g.update(tree(&task.grader_dir())?.as_bytes());
+            g.update(crate::grade::PYTHON_HARNESS.as_bytes());
+            g.update(crate::grade::RUNNER_REVISION.as_bytes());
+            hex(&g.finalize())
+        },
         dependencies: hex(&deps.finalize()),
     })
 }

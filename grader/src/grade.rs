@@ -1,117 +1,346 @@
 //! Grading a workspace: nothing the agent can write decides the verdict.
 //!
-//! 1. The workspace is copied into a fresh grading directory. `.git/` is left out, and so is any
-//!    symlink that resolves outside the workspace (listed in the result): the check can neither
-//!    read nor write through one.
-//! 2. The task's protected files are copied over it, replacing whatever the agent wrote at those
-//!    paths (an edited or deleted visible test comes back as the task wrote it).
-//! 3. The check script runs from the task's own `grader/` (never from the workspace) with a
-//!    timeout and bounded output capture, through the process supervisor, and — when bubblewrap
-//!    is installed — with the network off and writes confined to the grading directory.
-//! 4. Exit 0 is a pass; any other exit a fail; a check that cannot run or runs past its timeout
-//!    is a grader error: an infrastructure failure, never counted as the model's fail.
+//! 1. Paths the task forbids beside the workspace (`check.forbid_outside`) must not exist.
+//! 2. The workspace is copied into a fresh grading directory by the one tree copy
+//!    ([`crate::tree`]): no `.git`, no links out, no special files, no oversized files.
+//! 3. The copy is scanned for tampering ([`crate::tamper`]) against the task's `repo/`;
+//!    workspace cargo config and toolchain files are removed.
+//! 4. The task's protected files are laid over the copy (an edited or deleted test comes back
+//!    as the task wrote it).
+//! 5. anvil's protected runner for the task's `check.runner` runs exactly the expected tests,
+//!    in the sandbox every bash command gets (bubblewrap + seccomp on Linux, Seatbelt on
+//!    macOS; no network; a confined view that shows the toolchains and the grading directory,
+//!    never the task directory, `solution/` or other workspaces). No sandbox, no grade:
+//!    running unconfined takes [`GradeOptions::unsandboxed`], and the result says so.
+//! 6. The verdict is evidence: **pass** only when every expected test reported passed and
+//!    nothing was tampered with; **tampered** when anything was (never a pass); **check
+//!    timeout** when the tests ran past the task's timeout on the agent's code (the model's
+//!    fail, never retried); **fail** otherwise. A runner that could not start is a **grader
+//!    error**: an infrastructure failure, retried, never counted against the model.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
-use anvil_agent::process::{self, ProcessSpec, Termination};
-use anvil_agent::sandbox::{Mounts, SandboxPolicy, bwrap};
+use anvil_agent::process::{self, ProcessOutput, ProcessSpec, Termination};
+use anvil_agent::sandbox::{Confined, Sandbox, SandboxError, SandboxPolicy, View};
 use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::digest::{self, TaskDigests};
-use crate::task::Task;
+use crate::tamper::{self, TamperFinding};
+use crate::task::{Task, TestRunner};
+use crate::tree::{self, CopyPolicy, SkipReason, Skipped};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
+    /// Every expected test passed; nothing was tampered with.
     Pass,
+    /// Some expected test failed, errored, was skipped or is missing.
     Fail,
+    /// The tests ran past the task's check timeout on the agent's code: the model's fail.
+    CheckTimeout,
+    /// The workspace changed test infrastructure: reported apart, never a pass.
+    Tampered,
     /// The grading infrastructure failed; says nothing about the model.
     GraderError,
+}
+
+/// One expected test and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TestOutcome {
+    pub id: String,
+    /// `passed`, `failed`, `error`, `skipped`, `expected_failure`, `unexpected_success`,
+    /// `missing` (never reported), or `not_run`.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub detail: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GradeResult {
     pub verdict: Verdict,
     pub reason: String,
-    pub exit_code: Option<i32>,
     pub duration_ms: u64,
-    /// The end of the check's output (stdout then stderr).
+    /// The end of the runner's output (stdout then stderr).
     pub output_tail: String,
-    /// Whether the check ran inside bubblewrap.
-    pub sandboxed: bool,
-    /// Symlinks of the workspace that were not copied (they resolve outside it).
-    pub skipped_symlinks: Vec<String>,
+    /// What confined the check: `bubblewrap+seccomp`, `seatbelt`, or
+    /// `none (--unsandboxed-grading)`.
+    pub sandbox: String,
+    pub tests: Vec<TestOutcome>,
+    pub tamper: Vec<TamperFinding>,
+    /// Entries of the workspace not copied for grading (see [`crate::tree`]).
+    pub skipped: Vec<Skipped>,
     pub digests: TaskDigests,
 }
 
-/// Whether to confine the check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxChoice {
-    /// Use bubblewrap when it is installed; if installed but broken, that is a grader error.
-    Auto,
-    /// Require bubblewrap: without it every grade is a grader error.
-    Require,
-    /// Never (tests of the grader itself only).
-    Off,
-}
-
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct GradeOptions {
-    pub sandbox: SandboxChoice,
+    /// Run the check without any sandbox (recorded in the result). Only for machines where no
+    /// sandbox can work, by explicit choice (`--unsandboxed-grading`).
+    pub unsandboxed: bool,
     /// Keep the grading directory (its path is in the reason) for debugging.
     pub keep_dir: bool,
-}
-
-impl Default for GradeOptions {
-    fn default() -> Self {
-        Self {
-            sandbox: SandboxChoice::Auto,
-            keep_dir: false,
-        }
-    }
 }
 
 /// Bytes of output kept from each end of each stream.
 const CAPTURE_BYTES: usize = 8 * 1024;
 /// The most output shown in a result.
 const TAIL_CHARS: usize = 4000;
+/// The most a runner may send over its results channel.
+const MAX_CHANNEL_BYTES: usize = 1024 * 1024;
+/// The revision of the grading rules and the cargo runner (bump it when they change what a
+/// verdict means): part of every task's grader digest.
+pub const RUNNER_REVISION: &str = "grade-2";
+/// The protected Python runner, shipped inside anvil.
+pub const PYTHON_HARNESS: &str = include_str!("../harness/python_unittest.py");
 
-fn copy_workspace(
-    src: &Path,
-    dst: &Path,
-    root: &Path,
-    skipped: &mut Vec<String>,
-) -> std::io::Result<()> {
-    std::fs::create_dir_all(dst)?;
-    let mut entries: Vec<_> = std::fs::read_dir(src)?.collect::<Result<_, _>>()?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let from = entry.path();
-        let to = dst.join(entry.file_name());
-        let meta = std::fs::symlink_metadata(&from)?;
-        let rel = from
-            .strip_prefix(root)
-            .unwrap_or(&from)
-            .display()
-            .to_string();
-        if meta.file_type().is_symlink() {
-            match from.canonicalize() {
-                Ok(target) if target.starts_with(root) => {
-                    std::os::unix::fs::symlink(std::fs::read_link(&from)?, &to)?;
-                }
-                _ => skipped.push(rel),
+fn tail(s: &str) -> String {
+    let count = s.chars().count();
+    if count <= TAIL_CHARS {
+        return s.to_string();
+    }
+    s.chars().skip(count - TAIL_CHARS).collect()
+}
+
+/// The sandbox of one grading directory. The backend is probed once per process.
+fn grading_sandbox(grading: &Path, hidden: Vec<PathBuf>) -> Sandbox {
+    static PROBED: OnceLock<Result<(), SandboxError>> = OnceLock::new();
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let view = View::Confined(Confined::for_host(
+        home.as_deref(),
+        std::env::var_os("PATH").as_deref(),
+    ));
+    let make = |dir: &Path| {
+        Sandbox::new(SandboxPolicy::WorkspaceWrite { network: false }, dir)
+            .with_view(view.clone())
+            .with_hidden(hidden.clone())
+    };
+    let probed = PROBED
+        .get_or_init(
+            || match tempfile::Builder::new().prefix("anvil-probe-").tempdir() {
+                Ok(dir) => make(dir.path()).probe(),
+                Err(e) => Err(SandboxError::Broken(format!(
+                    "cannot make a directory to probe the sandbox in: {e}"
+                ))),
+            },
+        )
+        .clone();
+    make(grading).with_probe(probed)
+}
+
+/// The host's Python and Rust toolchains, found once, from a neutral directory (so no
+/// workspace file — `.python-version`, `rust-toolchain.toml` — can choose them).
+#[derive(Debug, Clone)]
+struct Toolchains {
+    python: Result<PathBuf, String>,
+    /// The sysroot's `bin/` (cargo and rustc there, not rustup's proxies).
+    rust_bin: Result<PathBuf, String>,
+}
+
+fn toolchains() -> &'static Toolchains {
+    static FOUND: OnceLock<Toolchains> = OnceLock::new();
+    FOUND.get_or_init(|| {
+        let ask = |program: &str, args: &[&str]| -> Result<String, String> {
+            let out = std::process::Command::new(program)
+                .args(args)
+                .current_dir("/")
+                .output()
+                .map_err(|e| format!("cannot run {program}: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "{program} failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
             }
-        } else if meta.is_dir() {
-            if entry.file_name() == ".git" {
-                continue;
-            }
-            copy_workspace(&from, &to, root, skipped)?;
-        } else if meta.is_file() {
-            std::fs::copy(&from, &to)?;
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        };
+        Toolchains {
+            python: ask(
+                "python3",
+                &["-I", "-c", "import sys; print(sys.executable)"],
+            )
+            .map(PathBuf::from)
+            .map_err(|e| format!("python-unittest tasks need python3 on PATH ({e})")),
+            rust_bin: ask("rustc", &["--print", "sysroot"])
+                .map(|s| PathBuf::from(s).join("bin"))
+                .map_err(|e| format!("cargo-test tasks need a Rust toolchain on PATH ({e})")),
         }
-        // Sockets, fifos and devices are not copied.
+    })
+}
+
+/// Grades `workspace` against `task` (see the module docs).
+pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeResult {
+    let started = Instant::now();
+    let digests = digest::of_task(task).unwrap_or_else(|_| TaskDigests {
+        task: String::new(),
+        repo: String::new(),
+        grader: String::new(),
+        dependencies: String::new(),
+    });
+    let mut result = GradeResult {
+        verdict: Verdict::GraderError,
+        reason: String::new(),
+        duration_ms: 0,
+        output_tail: String::new(),
+        sandbox: String::new(),
+        tests: Vec::new(),
+        tamper: Vec::new(),
+        skipped: Vec::new(),
+        digests,
+    };
+    let error = |mut r: GradeResult, reason: String| {
+        r.verdict = Verdict::GraderError;
+        r.reason = reason;
+        r.duration_ms = started.elapsed().as_millis() as u64;
+        r
+    };
+    let workspace = match workspace.canonicalize() {
+        Ok(w) if w.is_dir() => w,
+        _ => {
+            let reason = format!("workspace {} is not a directory", workspace.display());
+            return error(result, reason);
+        }
+    };
+    for rel in &task.spec.check.forbid_outside {
+        let outside = workspace.join(rel);
+        if outside.symlink_metadata().is_ok() {
+            result.verdict = Verdict::Fail;
+            result.reason = format!(
+                "the agent wrote outside its workspace: {} exists",
+                outside.display()
+            );
+            result.duration_ms = started.elapsed().as_millis() as u64;
+            return result;
+        }
+    }
+    let dir = match tempfile::Builder::new().prefix("anvil-grade-").tempdir() {
+        Ok(d) => d,
+        Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
+    };
+    let grading = match dir.path().canonicalize() {
+        Ok(p) => p,
+        Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
+    };
+    let sandbox = if opts.unsandboxed {
+        result.sandbox = "none (--unsandboxed-grading)".into();
+        None
+    } else {
+        let hidden = vec![task.dir.clone(), workspace.clone()];
+        let sandbox = grading_sandbox(&grading, hidden);
+        if let Err(e) = sandbox.probe() {
+            return error(result, format!("no sandbox to grade in: {e}"));
+        }
+        result.sandbox = sandbox.describe().to_string();
+        Some(sandbox)
+    };
+    let work = grading.join("work");
+    match tree::copy(&workspace, &work, &CopyPolicy::default()) {
+        Ok(copied) => result.skipped = copied.skipped,
+        Err(e) => return error(result, format!("cannot copy the workspace: {e}")),
+    }
+    for s in &result.skipped {
+        if let SkipReason::TooLarge { bytes } = s.reason {
+            result.tamper.push(TamperFinding::new(
+                &s.path,
+                "oversized_file",
+                format!("{bytes} bytes (apparent size): too large to grade"),
+            ));
+        } else if s.reason == SkipReason::TotalLimit {
+            result.tamper.push(TamperFinding::new(
+                &s.path,
+                "oversized_file",
+                "the workspace exceeds the grading copy's total size",
+            ));
+        }
+    }
+    result.tamper.extend(tamper::scan(
+        &work,
+        &task.repo(),
+        &task.spec.check.protected,
+    ));
+    if let Err(e) = remove_infrastructure(&work, Path::new("")) {
+        return error(result, format!("cannot prepare the grading directory: {e}"));
+    }
+    for rel in &task.spec.check.protected {
+        if let Err(e) = overlay(&task.protected_files(), &work, rel) {
+            return error(
+                result,
+                format!("cannot put protected file {rel} in place: {e}"),
+            );
+        }
+    }
+    for d in ["home", "cargo-home", "harness"] {
+        if let Err(e) = std::fs::create_dir_all(grading.join(d)) {
+            return error(result, format!("cannot prepare the grading directory: {e}"));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(task.spec.check.timeout_secs);
+    let ran = match task.spec.check.runner {
+        TestRunner::PythonUnittest => run_python(task, &grading, sandbox.as_ref(), deadline).await,
+        TestRunner::CargoTest => run_cargo(task, &grading, sandbox.as_ref(), deadline).await,
+    };
+    let ran = match ran {
+        Ok(r) => r,
+        Err(reason) => return error(result, reason),
+    };
+    result.output_tail = tail(&ran.output);
+    result.tests = ran.tests;
+    result.tamper.extend(ran.tamper);
+    let failing = result.tests.iter().find(|t| t.outcome != "passed");
+    let (verdict, reason) = if ran.timed_out {
+        (
+            Verdict::CheckTimeout,
+            format!(
+                "the tests ran past the check's {} s timeout on the agent's code",
+                task.spec.check.timeout_secs
+            ),
+        )
+    } else if !result.tamper.is_empty() {
+        let kinds: Vec<&str> = result.tamper.iter().map(|t| t.kind.as_str()).collect();
+        (
+            Verdict::Tampered,
+            format!(
+                "the workspace tampered with test infrastructure: {}",
+                kinds.join(", ")
+            ),
+        )
+    } else if let Some(t) = failing {
+        (Verdict::Fail, format!("{}: {}", t.id, t.outcome))
+    } else {
+        (
+            Verdict::Pass,
+            format!("all {} expected tests passed", result.tests.len()),
+        )
+    };
+    result.verdict = verdict;
+    result.reason = if opts.keep_dir {
+        let kept = dir.keep();
+        format!("{reason} (grading directory kept at {})", kept.display())
+    } else {
+        reason
+    };
+    result.duration_ms = started.elapsed().as_millis() as u64;
+    result
+}
+
+/// Removes workspace cargo config and toolchain files (see [`tamper`]).
+fn remove_infrastructure(root: &Path, rel: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(root.join(rel))? {
+        let entry = entry?;
+        let r = rel.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if tamper::is_removed_before_grading(&r) {
+            if kind.is_dir() {
+                std::fs::remove_dir_all(root.join(&r))?;
+            } else {
+                std::fs::remove_file(root.join(&r))?;
+            }
+        } else if kind.is_dir() {
+            remove_infrastructure(root, &r)?;
+        }
     }
     Ok(())
 }
@@ -125,171 +354,471 @@ fn overlay(src_root: &Path, dst_root: &Path, rel: &str) -> std::io::Result<()> {
         Err(_) => {}
     }
     if let Some(parent) = to.parent() {
-        // A symlinked parent directory was not copied, so parents here are real directories.
+        // Parent symlinks were not copied (links out are left out; links inside are
+        // replaced below by real directories if needed).
+        if parent
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_symlink())
+        {
+            std::fs::remove_file(parent)?;
+        }
         std::fs::create_dir_all(parent)?;
     }
     std::fs::copy(src_root.join(rel), &to)?;
     Ok(())
 }
 
-fn child_env(grading: &Path, workspace: &Path, task: &Task) -> Vec<(String, String)> {
-    let home = std::env::var("HOME").unwrap_or_default();
-    let rustup_home = std::env::var("RUSTUP_HOME").unwrap_or_else(|_| format!("{home}/.rustup"));
+/// What a runner found.
+struct Ran {
+    tests: Vec<TestOutcome>,
+    tamper: Vec<TamperFinding>,
+    output: String,
+    timed_out: bool,
+}
+
+fn base_env(grading: &Path) -> Vec<(String, String)> {
     vec![
-        (
-            "PATH".into(),
-            std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
-        ),
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
         ("HOME".into(), grading.join("home").display().to_string()),
         ("LANG".into(), "C.UTF-8".into()),
-        ("RUSTUP_HOME".into(), rustup_home),
+        ("TMPDIR".into(), "/tmp".into()),
+    ]
+}
+
+/// Runs `spec` in the sandbox (or not), until `deadline`.
+async fn run_confined(
+    spec: ProcessSpec,
+    sandbox: Option<&Sandbox>,
+    deadline: Instant,
+) -> Result<ProcessOutput, String> {
+    let (head, tail) = if spec.capture_head > CAPTURE_BYTES {
+        (spec.capture_head, CAPTURE_BYTES)
+    } else {
+        (CAPTURE_BYTES, CAPTURE_BYTES)
+    };
+    let spec = spec
+        .timeout(deadline.saturating_duration_since(Instant::now()))
+        .capture(head, tail);
+    let (spec, _guard) = match sandbox {
+        Some(s) => s
+            .wrap(spec)
+            .map_err(|e| format!("no sandbox to grade in: {e}"))?,
+        None => (spec, Default::default()),
+    };
+    process::run(&spec, &CancellationToken::new())
+        .await
+        .map_err(|e| format!("cannot run the check: {e}"))
+}
+
+fn output_of(out: &ProcessOutput) -> String {
+    format!("{}{}", out.stdout.text(), out.stderr.text())
+}
+
+/// A random nonce for one run's channel.
+fn nonce() -> String {
+    use sha2::{Digest, Sha256};
+    let mut seed = Vec::new();
+    seed.extend_from_slice(&std::process::id().to_ne_bytes());
+    seed.extend_from_slice(
+        &std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+            .to_ne_bytes(),
+    );
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let mut buf = [0u8; 32];
+        if f.read_exact(&mut buf).is_ok() {
+            seed.extend_from_slice(&buf);
+        }
+    }
+    Sha256::digest(&seed)
+        .iter()
+        .take(16)
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[derive(Deserialize)]
+struct HarnessEvent {
+    nonce: Option<String>,
+    event: String,
+    #[serde(default)]
+    id: String,
+    #[serde(default)]
+    outcome: String,
+    #[serde(default)]
+    detail: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    path: String,
+}
+
+async fn run_python(
+    task: &Task,
+    grading: &Path,
+    sandbox: Option<&Sandbox>,
+    deadline: Instant,
+) -> Result<Ran, String> {
+    let python = toolchains().python.clone()?;
+    let harness = grading.join("harness/python_unittest.py");
+    std::fs::write(&harness, PYTHON_HARNESS)
+        .map_err(|e| format!("cannot write the test runner: {e}"))?;
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| format!("cannot make the results channel: {e}"))?;
+    let nonce = nonce();
+    let work = grading.join("work");
+    let request = serde_json::json!({
+        "nonce": nonce,
+        "tests": task.spec.check.tests,
+        "sources": [work.display().to_string()],
+    });
+    let mut spec = ProcessSpec::new(python.display().to_string(), &work).env(
+        base_env(grading)
+            .into_iter()
+            .chain([("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string())])
+            .collect(),
+    );
+    let fd = spec.pass_fd(Arc::new(std::os::fd::OwnedFd::from(theirs)));
+    spec.args = vec!["-I".into(), harness.display().to_string(), fd.to_string()];
+    ours.set_nonblocking(true)
+        .map_err(|e| format!("cannot use the results channel: {e}"))?;
+    let mut channel = tokio::net::UnixStream::from_std(ours)
+        .map_err(|e| format!("cannot use the results channel: {e}"))?;
+    channel
+        .write_all(format!("{request}\n").as_bytes())
+        .await
+        .map_err(|e| format!("cannot write to the results channel: {e}"))?;
+    let stop = CancellationToken::new();
+    let reader = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut data = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                tokio::select! {
+                    biased;
+                    read = channel.read(&mut buf) => match read {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if data.len() < MAX_CHANNEL_BYTES {
+                                data.extend_from_slice(&buf[..n]);
+                            }
+                        }
+                    },
+                    _ = stop.cancelled() => break,
+                }
+            }
+            data
+        })
+    };
+    let out = run_confined(spec, sandbox, deadline).await;
+    // The runner is gone (and with it the spec holding the other end): what it sent is in the
+    // socket. A grandchild that kept the descriptor gets a moment, no more.
+    let stopper = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            stop.cancel();
+        })
+    };
+    let data = reader.await.unwrap_or_default();
+    stopper.abort();
+    let out = out?;
+    let output = output_of(&out);
+    let timed_out = out.termination == Termination::TimedOut;
+    let mut reported: std::collections::HashMap<String, TestOutcome> = Default::default();
+    let mut tamper = Vec::new();
+    let mut spoke = false;
+    let mut done = false;
+    let mut forged = 0usize;
+    for line in String::from_utf8_lossy(&data).lines() {
+        let Ok(event) = serde_json::from_str::<HarnessEvent>(line) else {
+            forged += 1;
+            continue;
+        };
+        if event.nonce.as_deref() != Some(nonce.as_str()) {
+            forged += 1;
+            continue;
+        }
+        spoke = true;
+        match event.event.as_str() {
+            "test" => {
+                // A second report of a test is a forgery attempt: the first one stands.
+                if reported.contains_key(&event.id) {
+                    forged += 1;
+                    continue;
+                }
+                reported.insert(
+                    event.id.clone(),
+                    TestOutcome {
+                        id: event.id,
+                        outcome: event.outcome,
+                        detail: event.detail,
+                    },
+                );
+            }
+            "tamper" => tamper.push(TamperFinding::new(event.path, &event.kind, event.detail)),
+            "done" => done = true,
+            _ => forged += 1,
+        }
+    }
+    if forged > 0 {
+        tamper.push(TamperFinding::new(
+            "",
+            "forged_result",
+            format!("{forged} lines on the results channel did not come from the runner"),
+        ));
+    }
+    if !spoke && !timed_out {
+        return Err(format!(
+            "the test runner did not start ({}): {}",
+            describe(out.termination),
+            tail(&output)
+        ));
+    }
+    let tests = task
+        .spec
+        .check
+        .tests
+        .iter()
+        .map(|id| {
+            reported.remove(id).unwrap_or_else(|| TestOutcome {
+                id: id.clone(),
+                outcome: "missing".into(),
+                detail: if done {
+                    "the runner did not report it".into()
+                } else {
+                    format!(
+                        "the run ended before this test reported ({})",
+                        describe(out.termination)
+                    )
+                },
+            })
+        })
+        .collect();
+    Ok(Ran {
+        tests,
+        tamper,
+        output,
+        timed_out,
+    })
+}
+
+fn describe(t: Termination) -> String {
+    match t {
+        Termination::Exited(c) => format!("exit {c}"),
+        Termination::Signaled(s) => format!("signal {s}"),
+        Termination::TimedOut => "timed out".into(),
+        Termination::Cancelled => "cancelled".into(),
+    }
+}
+
+/// A test executable cargo built: its target's name and path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TestBinary {
+    target: String,
+    kind: String,
+    executable: PathBuf,
+}
+
+/// The test executables in `cargo test --no-run --message-format=json` output.
+fn test_binaries(json_lines: &str) -> Vec<TestBinary> {
+    let mut out = Vec::new();
+    for line in json_lines.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v.get("reason").and_then(|r| r.as_str()) != Some("compiler-artifact") {
+            continue;
+        }
+        let test = v.pointer("/profile/test").and_then(|t| t.as_bool()) == Some(true);
+        let exe = v.get("executable").and_then(|e| e.as_str());
+        let name = v.pointer("/target/name").and_then(|n| n.as_str());
+        let kind = v
+            .pointer("/target/kind/0")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default();
+        if let (true, Some(exe), Some(name)) = (test, exe, name) {
+            out.push(TestBinary {
+                target: name.to_string(),
+                kind: kind.to_string(),
+                executable: PathBuf::from(exe),
+            });
+        }
+    }
+    out
+}
+
+async fn run_cargo(
+    task: &Task,
+    grading: &Path,
+    sandbox: Option<&Sandbox>,
+    deadline: Instant,
+) -> Result<Ran, String> {
+    let bin = toolchains().rust_bin.clone()?;
+    let work = grading.join("work");
+    let mut env = base_env(grading);
+    env[0].1 = format!("{}:{}", bin.display(), env[0].1);
+    env.extend([
         (
             "CARGO_HOME".into(),
             grading.join("cargo-home").display().to_string(),
         ),
+        (
+            "CARGO_TARGET_DIR".into(),
+            grading.join("target").display().to_string(),
+        ),
+        ("RUSTC".into(), bin.join("rustc").display().to_string()),
         ("CARGO_NET_OFFLINE".into(), "true".into()),
         ("CARGO_TERM_COLOR".into(), "never".into()),
-        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-        ("ANVIL_WORKSPACE".into(), workspace.display().to_string()),
-        ("ANVIL_TASK_DIR".into(), task.dir.display().to_string()),
-    ]
-}
-
-fn tail(s: &str) -> String {
-    let count = s.chars().count();
-    if count <= TAIL_CHARS {
-        return s.to_string();
-    }
-    s.chars().skip(count - TAIL_CHARS).collect()
-}
-
-/// Grades `workspace` against `task` (see the module docs).
-pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeResult {
-    let digests = digest::of_task(task).unwrap_or_else(|_| TaskDigests {
-        task: String::new(),
-        repo: String::new(),
-        grader: String::new(),
-        dependencies: String::new(),
-    });
-    let error = |reason: String| GradeResult {
-        verdict: Verdict::GraderError,
-        reason,
-        exit_code: None,
-        duration_ms: 0,
-        output_tail: String::new(),
-        sandboxed: false,
-        skipped_symlinks: Vec::new(),
-        digests: digests.clone(),
+        ("CARGO_INCREMENTAL".into(), "0".into()),
+    ]);
+    let build = ProcessSpec::new(bin.join("cargo").display().to_string(), &work)
+        .args([
+            "test",
+            "--no-run",
+            "--offline",
+            "--message-format=json-render-diagnostics",
+        ])
+        .env(env.clone())
+        // Every artifact message is needed to find the test binaries.
+        .capture(4 * 1024 * 1024, 0);
+    let built = run_confined(build, sandbox, deadline).await?;
+    let mut output = built.stderr.text();
+    let not_run = |detail: String| -> Vec<TestOutcome> {
+        task.spec
+            .check
+            .tests
+            .iter()
+            .map(|id| TestOutcome {
+                id: id.clone(),
+                outcome: "not_run".into(),
+                detail: detail.clone(),
+            })
+            .collect()
     };
-    let workspace = match workspace.canonicalize() {
-        Ok(w) if w.is_dir() => w,
-        _ => {
-            return error(format!(
-                "workspace {} is not a directory",
-                workspace.display()
-            ));
+    match built.termination {
+        Termination::Exited(0) => {}
+        Termination::TimedOut => {
+            return Ok(Ran {
+                tests: not_run("the build ran past the timeout".into()),
+                tamper: Vec::new(),
+                output,
+                timed_out: true,
+            });
         }
-    };
-    let bwrap_path = match opts.sandbox {
-        SandboxChoice::Off => None,
-        SandboxChoice::Auto => bwrap::find(),
-        SandboxChoice::Require => match bwrap::find() {
-            Some(p) => Some(p),
-            None => return error("the sandbox is required but bubblewrap is not installed (apt-get install bubblewrap)".into()),
-        },
-    };
-    if let Some(b) = &bwrap_path
-        && let Err(e) = bwrap::works(b)
-    {
-        return error(e);
-    }
-    let dir = match tempfile::Builder::new().prefix("anvil-grade-").tempdir() {
-        Ok(d) => d,
-        Err(e) => return error(format!("cannot create a grading directory: {e}")),
-    };
-    let grading = match dir.path().canonicalize() {
-        Ok(p) => p,
-        Err(e) => return error(format!("cannot create a grading directory: {e}")),
-    };
-    let work = grading.join("work");
-    let mut skipped = Vec::new();
-    if let Err(e) = copy_workspace(&workspace, &work, &workspace, &mut skipped) {
-        return error(format!("cannot copy the workspace: {e}"));
-    }
-    for rel in &task.spec.check.protected {
-        if let Err(e) = overlay(&task.protected_files(), &work, rel) {
-            return error(format!("cannot put protected file {rel} in place: {e}"));
+        other => {
+            return Ok(Ran {
+                tests: not_run(format!("the tests did not build ({})", describe(other))),
+                tamper: Vec::new(),
+                output,
+                timed_out: false,
+            });
         }
     }
-    for d in ["home", "cargo-home"] {
-        if let Err(e) = std::fs::create_dir_all(grading.join(d)) {
-            return error(format!("cannot prepare the grading directory: {e}"));
-        }
-    }
-    let mut spec = ProcessSpec::new("bash", &work)
-        .args([task.check_script().display().to_string()])
-        .env(child_env(&grading, &workspace, task))
-        .timeout(Duration::from_secs(task.spec.check.timeout_secs))
-        .capture(CAPTURE_BYTES, CAPTURE_BYTES);
-    let sandboxed = bwrap_path.is_some();
-    if let Some(b) = &bwrap_path {
-        let mut read_only: Vec<PathBuf> = vec![task.dir.clone()];
-        if let Some(parent) = workspace.parent() {
-            read_only.push(parent.to_path_buf());
-        }
-        let mounts = Mounts {
-            writable: vec![grading.clone()],
-            read_only,
-            ..Mounts::default()
+    let binaries = test_binaries(&built.stdout.text());
+    let mut tests = Vec::new();
+    let mut timed_out = false;
+    for id in &task.spec.check.tests {
+        let Some((target, name)) = id.split_once("::") else {
+            continue;
         };
-        spec = bwrap::wrap(
-            b,
-            spec,
-            SandboxPolicy::WorkspaceWrite { network: false },
-            &mounts,
-        );
+        if timed_out {
+            tests.push(TestOutcome {
+                id: id.clone(),
+                outcome: "not_run".into(),
+                detail: "the check's time ran out".into(),
+            });
+            continue;
+        }
+        let Some(binary) = binaries
+            .iter()
+            .find(|b| b.target == target && b.kind == "test")
+        else {
+            tests.push(TestOutcome {
+                id: id.clone(),
+                outcome: "missing".into(),
+                detail: format!("cargo built no test target '{target}'"),
+            });
+            continue;
+        };
+        let spec = ProcessSpec::new(binary.executable.display().to_string(), &work)
+            .args(["--exact", name, "--test-threads=1"])
+            .env(env.clone());
+        let out = run_confined(spec, sandbox, deadline).await?;
+        let stdout = out.stdout.text();
+        output.push_str(&output_of(&out));
+        let outcome = match out.termination {
+            Termination::TimedOut => {
+                timed_out = true;
+                "not_run"
+            }
+            Termination::Exited(0)
+                if stdout
+                    .lines()
+                    .any(|l| l.trim() == format!("test {name} ... ok"))
+                    && stdout.contains("test result: ok. 1 passed;") =>
+            {
+                "passed"
+            }
+            Termination::Exited(0) if stdout.contains(&format!("test {name} ... ignored")) => {
+                "skipped"
+            }
+            Termination::Exited(0) => "missing",
+            _ => "failed",
+        };
+        tests.push(TestOutcome {
+            id: id.clone(),
+            outcome: outcome.into(),
+            detail: if outcome == "passed" {
+                String::new()
+            } else {
+                tail(&output_of(&out))
+                    .chars()
+                    .rev()
+                    .take(1500)
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect()
+            },
+        });
     }
-    let out = match process::run(&spec, &CancellationToken::new()).await {
-        Ok(o) => o,
-        Err(e) => return error(format!("cannot run the check: {e}")),
-    };
-    let output_tail = tail(&format!("{}{}", out.stdout.text(), out.stderr.text()));
-    let (verdict, reason, exit_code) = match out.termination {
-        Termination::Exited(0) => (Verdict::Pass, "the check passed".to_string(), Some(0)),
-        Termination::Exited(code) => (
-            Verdict::Fail,
-            format!("the check exited with {code}"),
-            Some(code),
-        ),
-        Termination::Signaled(sig) => (
-            Verdict::Fail,
-            format!("the check was killed by signal {sig}"),
-            None,
-        ),
-        Termination::TimedOut => (
-            Verdict::GraderError,
-            format!(
-                "the check ran past its {} s timeout and was killed",
-                task.spec.check.timeout_secs
-            ),
-            None,
-        ),
-        Termination::Cancelled => (Verdict::GraderError, "grading was cancelled".into(), None),
-    };
-    let reason = if opts.keep_dir {
-        let kept = dir.keep();
-        format!("{reason} (grading directory kept at {})", kept.display())
-    } else {
-        reason
-    };
-    GradeResult {
-        verdict,
-        reason,
-        exit_code,
-        duration_ms: out.duration.as_millis() as u64,
-        output_tail,
-        sandboxed,
-        skipped_symlinks: skipped,
-        digests,
+    Ok(Ran {
+        tests,
+        tamper: Vec::new(),
+        output,
+        timed_out,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_binaries_are_read_from_cargo_messages() {
+        let lines = r#"{"reason":"compiler-artifact","target":{"name":"sums","kind":["lib"]},"profile":{"test":false},"executable":null}
+{"reason":"compiler-artifact","target":{"name":"sums","kind":["lib"]},"profile":{"test":true},"executable":"/t/deps/sums-1"}
+{"reason":"compiler-artifact","target":{"name":"sum","kind":["test"]},"profile":{"test":true},"executable":"/t/deps/sum-2"}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            test_binaries(lines),
+            vec![
+                TestBinary {
+                    target: "sums".into(),
+                    kind: "lib".into(),
+                    executable: "/t/deps/sums-1".into()
+                },
+                TestBinary {
+                    target: "sum".into(),
+                    kind: "test".into(),
+                    executable: "/t/deps/sum-2".into()
+                },
+            ]
+        );
     }
 }

@@ -6,11 +6,13 @@
 pub mod digest;
 /// Grading a workspace.
 pub mod grade;
+/// Tamper findings: changes to test infrastructure.
+pub mod tamper;
 /// The task format (task.toml, repo/, grader/, solution/) and its validation.
 pub mod task;
-/// Proving a task sound.
-pub mod validate;
+/// The one tree copy (workspaces, grading copies, solutions) and its policy.
+pub mod tree;
 
-pub use grade::{GradeOptions, GradeResult, SandboxChoice, Verdict, grade};
-pub use task::{Task, TaskError, find_tasks};
-pub use validate::{Validation, validate};
+pub use grade::{GradeOptions, GradeResult, TestOutcome, Verdict, grade};
+pub use tamper::TamperFinding;
+pub use task::{Task, TaskError, TestRunner, find_tasks};

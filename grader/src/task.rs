@@ -3,12 +3,15 @@
 //! ```text
 //! task.toml          what the agent is asked, its limits, how it is checked
 //! repo/              the repository the agent gets (copied fresh for every trial)
-//! grader/<script>    the check, run with bash in the grading directory; never in the workspace
 //! grader/files/...   protected files, copied over the grading directory at the same paths
 //!                    (replacing whatever the agent wrote there): hidden and visible tests
 //! solution/...       the reference solution, laid over repo/ by `anvil-evals validate`;
 //!                    the agent never sees it
 //! ```
+//!
+//! The check is anvil's own protected test runner (`check.runner`), never a script: it runs
+//! exactly the expected tests (`check.tests`), each of which must live in a protected file,
+//! and the verdict is a pass only when every one of them reports passed.
 //!
 //! `task.toml`:
 //!
@@ -23,9 +26,12 @@
 //! dependencies = []                 # files in repo/ that pin dependencies (e.g. Cargo.lock)
 //!
 //! [check]
-//! script = "check.sh"               # grader/check.sh
+//! runner = "python-unittest"        # python-unittest | cargo-test
 //! timeout_secs = 60
 //! protected = ["tests/test_median.py"]
+//! # python-unittest: FILE::CLASS::METHOD; cargo-test: TARGET::TEST (tests/TARGET.rs)
+//! tests = ["tests/test_median.py::MedianTest::test_odd"]
+//! forbid_outside = ["../CHANGELOG-shared.md"]   # optional: must not exist beside the workspace
 //! ```
 
 use std::path::{Component, Path, PathBuf};
@@ -50,13 +56,30 @@ pub enum PermissionMode {
     Bypass,
 }
 
+/// anvil's protected test runners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestRunner {
+    /// `python3 -I` with anvil's unittest harness; test ids `FILE::CLASS::METHOD`.
+    PythonUnittest,
+    /// `cargo test` build, then each test binary run for one exact test; ids `TARGET::TEST`
+    /// where `tests/TARGET.rs` is protected.
+    CargoTest,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckSpec {
-    pub script: String,
+    pub runner: TestRunner,
     pub timeout_secs: u64,
     #[serde(default)]
     pub protected: Vec<String>,
+    /// The expected tests: each must report passed.
+    pub tests: Vec<String>,
+    /// Paths relative to the workspace, outside it (`../NAME`), that must not exist after the
+    /// run (what a task that tempts the agent to write outside checks).
+    #[serde(default)]
+    pub forbid_outside: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -92,9 +115,6 @@ impl Task {
     }
     pub fn grader_dir(&self) -> PathBuf {
         self.dir.join("grader")
-    }
-    pub fn check_script(&self) -> PathBuf {
-        self.grader_dir().join(&self.spec.check.script)
     }
     pub fn protected_files(&self) -> PathBuf {
         self.grader_dir().join("files")
@@ -201,12 +221,41 @@ impl Task {
                 ),
             ));
         }
-        let script = within("check.script", &task.grader_dir(), &task.spec.check.script)?;
-        if !script.is_file() {
+        if task.spec.check.tests.is_empty() {
             return Err(err(
-                Some("check.script"),
-                format!("{} is not a file", script.display()),
+                Some("check.tests"),
+                "names no test: list the expected tests the verdict rests on".into(),
             ));
+        }
+        for (i, id) in task.spec.check.tests.iter().enumerate() {
+            let file = expected_test_file(task.spec.check.runner, id).map_err(|reason| {
+                err(
+                    Some(&format!("check.tests[{i}]")),
+                    format!("'{id}': {reason}"),
+                )
+            })?;
+            if !task.spec.check.protected.contains(&file) {
+                return Err(err(
+                    Some(&format!("check.tests[{i}]")),
+                    format!(
+                        "'{id}' lives in {file}, which is not in check.protected: an expected \
+                         test must be protected, or the agent could rewrite it"
+                    ),
+                ));
+            }
+        }
+        for (i, rel) in task.spec.check.forbid_outside.iter().enumerate() {
+            let p = Path::new(rel);
+            let mut parts = p.components();
+            let climbs = matches!(parts.next(), Some(Component::ParentDir))
+                && parts.clone().next().is_some()
+                && parts.all(|c| matches!(c, Component::Normal(_)));
+            if !climbs {
+                return Err(err(
+                    Some(&format!("check.forbid_outside[{i}]")),
+                    format!("'{rel}' must be ../NAME: a path beside the workspace"),
+                ));
+            }
         }
         for p in &task.spec.check.protected {
             let full = within("check.protected", &task.protected_files(), p)?;
@@ -230,6 +279,26 @@ impl Task {
             ));
         }
         Ok(task)
+    }
+}
+
+/// The protected file an expected test id lives in, or why the id is malformed.
+pub fn expected_test_file(runner: TestRunner, id: &str) -> Result<String, String> {
+    let parts: Vec<&str> = id.split("::").collect();
+    let nonempty = parts.iter().all(|p| !p.is_empty());
+    match runner {
+        TestRunner::PythonUnittest => {
+            if parts.len() != 3 || !nonempty || !parts[0].ends_with(".py") {
+                return Err("a python-unittest test is FILE.py::CLASS::METHOD".into());
+            }
+            Ok(parts[0].to_string())
+        }
+        TestRunner::CargoTest => {
+            if parts.len() < 2 || !nonempty {
+                return Err("a cargo-test test is TARGET::TEST (tests/TARGET.rs)".into());
+            }
+            Ok(format!("tests/{}.rs", parts[0]))
+        }
     }
 }
 

@@ -6,6 +6,8 @@
 pub mod approve;
 /// The command line.
 pub mod cli;
+/// The typed contract between a trial's worker and its `anvil -p`.
+pub mod contract;
 /// Exit codes, one per turn outcome.
 pub mod exit;
 /// `anvil -p`.
@@ -24,6 +26,8 @@ pub mod setup;
 pub mod sweep;
 /// One eval trial: workspace, agent, grader, record.
 pub mod trial;
+/// Proving a task sound on workspaces prepared as a trial's are.
+pub mod validate;
 /// The worker: runs queued trials to recorded results.
 pub mod worker;
 /// A trial's fresh workspace.

@@ -1,8 +1,9 @@
 //! A trial's fresh workspace: a copy of the task's `repo/` (never its grader files), made a git
 //! repository with one commit so the agent can see and diff its own changes.
 //!
-//! Regular files keep their executable bit, symlinks are copied as symlinks, `.git/` is left
-//! out. The commit is made with hooks off, no signing and a fixed identity, so nothing from
+//! The tree is copied by the one tree copy ([`anvil_grader::tree`]): regular files keep their
+//! executable bit, symlinks inside the tree are copied as symlinks, `.git` is left out at every
+//! depth. The commit is made with hooks off, no signing and a fixed identity, so nothing from
 //! the host's git configuration runs or leaks into it.
 //!
 //! Committing a repository costs one object file per file, so it is done once per repository
@@ -230,30 +231,19 @@ fn sanitize(label: &str) -> String {
         .collect()
 }
 
+/// The one tree copy and its policy ([`anvil_grader::tree`]); a task repository with entries
+/// the policy leaves out (links out of it, special files) cannot be used.
 fn copy_tree(from: &Path, to: &Path) -> Result<(), WorkspaceError> {
-    let copy_err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| WorkspaceError::Copy { path, source }
-    };
-    std::fs::create_dir_all(to).map_err(copy_err(to))?;
-    for entry in std::fs::read_dir(from).map_err(copy_err(from))? {
-        let entry = entry.map_err(copy_err(from))?;
-        let name = entry.file_name();
-        if name == ".git" {
-            continue;
-        }
-        let src = entry.path();
-        let dst = to.join(&name);
-        let kind = entry.file_type().map_err(copy_err(&src))?;
-        if kind.is_dir() {
-            copy_tree(&src, &dst)?;
-        } else if kind.is_symlink() {
-            let target = std::fs::read_link(&src).map_err(copy_err(&src))?;
-            std::os::unix::fs::symlink(target, &dst).map_err(copy_err(&src))?;
-        } else if kind.is_file() {
-            // fs::copy keeps the permission bits (the executable bit included).
-            std::fs::copy(&src, &dst).map_err(copy_err(&src))?;
-        }
+    use anvil_grader::tree::{CopyPolicy, copy};
+    let copied = copy(from, to, &CopyPolicy::default()).map_err(|e| WorkspaceError::Copy {
+        path: e.path,
+        source: e.source,
+    })?;
+    if let Some(s) = copied.skipped.first() {
+        return Err(WorkspaceError::Create {
+            under: from.to_path_buf(),
+            reason: format!("{} cannot be copied: {:?}", s.path, s.reason),
+        });
     }
     Ok(())
 }

@@ -87,19 +87,28 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        "--tmpfs",
-        "/tmp",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if mounts.view.is_empty() {
+        a.extend(["--ro-bind".into(), "/".into(), "/".into()]);
+    } else {
+        // A confined view: only these paths exist. A symlink (merged /usr: /bin -> usr/bin)
+        // is recreated as the same symlink.
+        for p in &mounts.view {
+            let shown = p.display().to_string();
+            match std::fs::read_link(p) {
+                Ok(target) => a.extend(["--symlink".into(), target.display().to_string(), shown]),
+                Err(_) => a.extend(["--ro-bind".into(), shown.clone(), shown]),
+            }
+        }
+    }
+    a.extend(
+        ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
     let network = matches!(policy, SandboxPolicy::WorkspaceWrite { network: true });
     if !network {
         a.push("--unshare-net".into());

@@ -22,9 +22,84 @@ pub enum SandboxPolicy {
     FullAccess,
 }
 
+/// What of the host filesystem a sandboxed process sees besides its writable roots.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum View {
+    /// The whole host, read-only: an interactive session's commands find the user's tools
+    /// wherever they live.
+    #[default]
+    Host,
+    /// Only the system directories and the toolchains of [`Confined::for_host`] (or those
+    /// given); everything else of the host does not exist inside. Eval trials and the grader
+    /// use it: the task directory, other trials' workspaces and the queue's files are not
+    /// there to be read.
+    Confined(Confined),
+}
+
+/// The read-only paths of a confined view.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Confined {
+    pub read_only: Vec<PathBuf>,
+}
+
+/// System directories a confined view shows (those that exist). Not `/run`, `/var`, `/home`,
+/// `/root`, `/srv`, `/mnt`, `/media`: daemons' sockets and people's files live there.
+pub const SYSTEM_PATHS: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix/store",
+];
+
+impl Confined {
+    /// The system directories plus the toolchains commands need: every directory on `path`
+    /// (one under `home` exposes its top directory there, e.g. `~/.cargo`, `~/.pyenv`, so a
+    /// toolchain's own files come with its `bin/`), and rustup's home.
+    pub fn for_host(home: Option<&Path>, path: Option<&std::ffi::OsStr>) -> Confined {
+        let mut read_only: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
+        let mut add = |p: PathBuf| {
+            let covered = read_only.iter().any(|r| p.starts_with(r));
+            if p.is_absolute() && !covered && p != Path::new("/") {
+                read_only.retain(|r| !r.starts_with(&p));
+                read_only.push(p);
+            }
+        };
+        for dir in path
+            .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            match home.and_then(|h| dir.strip_prefix(h).ok().map(|rel| (h, rel))) {
+                Some((h, rel)) => {
+                    if let Some(first) = rel.components().next() {
+                        add(h.join(first));
+                    }
+                }
+                None => add(dir),
+            }
+        }
+        match std::env::var_os("RUSTUP_HOME") {
+            Some(r) => add(PathBuf::from(r)),
+            None => {
+                if let Some(h) = home {
+                    add(h.join(".rustup"));
+                }
+            }
+        }
+        Confined { read_only }
+    }
+}
+
 /// Paths the sandbox exposes beyond the read-only root, applied in this order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Mounts {
+    /// Confined view: the only host paths shown (read-only); empty: the whole host.
+    pub view: Vec<PathBuf>,
     /// Bound read-only after the private /tmp is mounted, so paths under /tmp stay visible.
     pub read_only: Vec<PathBuf>,
     /// Bound read-write.
@@ -40,12 +115,10 @@ pub struct Mounts {
     pub seccomp_fd: Option<i32>,
 }
 
-/// What must live while a sandboxed process runs, and what is cleaned up after it: the seccomp
-/// filter's file, and the empty mount points created for reserved paths (so no artifact is
-/// left in the worktree).
+/// What is cleaned up after a sandboxed process: the empty mount points created for reserved
+/// paths (so no artifact is left in the worktree).
 #[derive(Debug, Default)]
 pub struct SandboxGuard {
-    _filter: Option<std::fs::File>,
     created: Vec<PathBuf>,
 }
 
@@ -130,6 +203,8 @@ pub struct Sandbox {
     policy: SandboxPolicy,
     workspace: PathBuf,
     home: Option<PathBuf>,
+    view: View,
+    hidden: Vec<PathBuf>,
     backend: Backend,
     probe: std::sync::OnceLock<Result<(), SandboxError>>,
 }
@@ -142,6 +217,8 @@ impl Sandbox {
             policy,
             workspace: workspace.into(),
             home: std::env::var_os("HOME").map(PathBuf::from),
+            view: View::Host,
+            hidden: Vec::new(),
             backend: Backend::detect(),
             probe: std::sync::OnceLock::new(),
         }
@@ -150,6 +227,18 @@ impl Sandbox {
     /// Masks credentials under this directory instead of HOME.
     pub fn with_home(mut self, home: impl Into<PathBuf>) -> Self {
         self.home = Some(home.into());
+        self
+    }
+
+    /// Shows the host as `view` (default: the whole host, read-only).
+    pub fn with_view(mut self, view: View) -> Self {
+        self.view = view;
+        self
+    }
+
+    /// Hides these paths (masked wherever they are visible), on top of the credential stores.
+    pub fn with_hidden(mut self, hidden: Vec<PathBuf>) -> Self {
+        self.hidden = hidden;
         self
     }
 
@@ -176,6 +265,22 @@ impl Sandbox {
     /// The mounts for a command in the workspace.
     pub fn mounts(&self) -> Mounts {
         let mut m = Mounts::default();
+        if let View::Confined(c) = &self.view {
+            // Paths under /tmp are bound after the private /tmp, with the read-only ones.
+            let (under_tmp, view): (Vec<PathBuf>, Vec<PathBuf>) = c
+                .read_only
+                .iter()
+                .filter(|p| p.symlink_metadata().is_ok())
+                .cloned()
+                .partition(|p| p.starts_with("/tmp"));
+            m.view = view;
+            m.read_only = under_tmp;
+            if !matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. })
+                && !self.workspace.starts_with("/tmp")
+            {
+                m.read_only.push(self.workspace.clone());
+            }
+        }
         if matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. }) {
             m.writable.push(self.workspace.clone());
             for p in [".git", ".anvil"] {
@@ -197,14 +302,80 @@ impl Sandbox {
                 }
             }
         }
+        m.masked.extend(
+            self.hidden
+                .iter()
+                .filter(|p| p.symlink_metadata().is_ok())
+                .cloned(),
+        );
+        // A mask over a path the view does not show would only create it.
+        if !m.view.is_empty() {
+            let shown = |p: &PathBuf| {
+                m.view
+                    .iter()
+                    .chain(&m.writable)
+                    .chain(&m.read_only)
+                    .any(|r| p.starts_with(r))
+            };
+            let masked: Vec<PathBuf> = m.masked.iter().filter(|p| shown(p)).cloned().collect();
+            m.masked = masked;
+        }
         m
+    }
+
+    /// Whether the backend works with this sandbox's arguments: probed once (the first call, or
+    /// the first [`Sandbox::wrap`]), then remembered.
+    pub fn probe(&self) -> Result<(), SandboxError> {
+        if self.policy == SandboxPolicy::FullAccess {
+            return Ok(());
+        }
+        self.probe
+            .get_or_init(|| match &self.backend {
+                Backend::Bubblewrap(None) => Err(SandboxError::Missing),
+                Backend::Bubblewrap(Some(bwrap)) => {
+                    let mounts = self.mounts();
+                    let args = bwrap::args(self.policy, &mounts, &self.workspace);
+                    // The probe must not leave reserved mount points behind either.
+                    let _cleanup = SandboxGuard {
+                        created: mounts.reserved,
+                    };
+                    bwrap::works_with(bwrap, &args).map_err(SandboxError::Broken)
+                }
+                Backend::Seatbelt => seatbelt::works_with(
+                    Path::new(seatbelt::SANDBOX_EXEC),
+                    self.policy,
+                    &self.mounts(),
+                )
+                .map_err(SandboxError::Seatbelt),
+            })
+            .clone()
+    }
+
+    /// Takes the result of an earlier probe of a sandbox with the same backend, policy and view
+    /// (the grader probes once per process, not once per grading directory).
+    pub fn with_probe(self, probed: Result<(), SandboxError>) -> Self {
+        let _ = self.probe.set(probed);
+        self
+    }
+
+    /// What confines commands, for records: `bubblewrap+seccomp`, `bubblewrap` (network
+    /// allowed), `seatbelt`, or `none`.
+    pub fn describe(&self) -> &'static str {
+        match (&self.backend, self.policy) {
+            (_, SandboxPolicy::FullAccess) => "none",
+            (Backend::Seatbelt, _) => "seatbelt",
+            (Backend::Bubblewrap(_), SandboxPolicy::WorkspaceWrite { network: true }) => {
+                "bubblewrap"
+            }
+            (Backend::Bubblewrap(_), _) => "bubblewrap+seccomp",
+        }
     }
 
     /// `spec` confined by the policy, or why it cannot be. The guard must live until the
     /// process has ended.
     pub fn wrap(
         &self,
-        spec: crate::process::ProcessSpec,
+        mut spec: crate::process::ProcessSpec,
     ) -> Result<(crate::process::ProcessSpec, SandboxGuard), SandboxError> {
         if self.policy == SandboxPolicy::FullAccess {
             return Ok((spec, SandboxGuard::default()));
@@ -214,29 +385,14 @@ impl Sandbox {
             Backend::Bubblewrap(None) => return Err(SandboxError::Missing),
             Backend::Bubblewrap(Some(bwrap)) => bwrap,
         };
-        // The first call probes the session's own arguments (without the per-call seccomp fd).
-        self.probe
-            .get_or_init(|| {
-                let mounts = self.mounts();
-                let args = bwrap::args(self.policy, &mounts, &self.workspace);
-                // The probe must not leave reserved mount points behind either.
-                let _cleanup = SandboxGuard {
-                    _filter: None,
-                    created: mounts.reserved,
-                };
-                bwrap::works_with(bwrap, &args).map_err(SandboxError::Broken)
-            })
-            .clone()?;
+        self.probe()?;
         let network = matches!(self.policy, SandboxPolicy::WorkspaceWrite { network: true });
-        let filter = if network {
-            None
-        } else {
-            Some(seccomp::inheritable_file().map_err(SandboxError::Broken)?)
-        };
         let mut mounts = self.mounts();
-        mounts.seccomp_fd = filter.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+        if !network {
+            let filter = seccomp::filter_file().map_err(SandboxError::Broken)?;
+            mounts.seccomp_fd = Some(spec.pass_fd(std::sync::Arc::new(filter.into())));
+        }
         let guard = SandboxGuard {
-            _filter: filter,
             // bubblewrap creates these mount points in the (writable) workspace.
             created: mounts.reserved.clone(),
         };
@@ -249,13 +405,8 @@ impl Sandbox {
         &self,
         spec: crate::process::ProcessSpec,
     ) -> Result<(crate::process::ProcessSpec, SandboxGuard), SandboxError> {
+        self.probe()?;
         let mounts = self.mounts();
-        self.probe
-            .get_or_init(|| {
-                seatbelt::works_with(Path::new(seatbelt::SANDBOX_EXEC), self.policy, &mounts)
-                    .map_err(SandboxError::Seatbelt)
-            })
-            .clone()?;
         Ok((
             seatbelt::wrap(spec, self.policy, &mounts),
             SandboxGuard::default(),

@@ -95,19 +95,15 @@ pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
     out
 }
 
-/// A file holding the filter, at offset 0 and inheritable by a child process (the fd is passed
-/// to bubblewrap by number). Keep it open until the child has started.
-pub fn inheritable_file() -> Result<std::fs::File, String> {
+/// A file holding the filter, at offset 0, for bubblewrap's `--seccomp FD`. It stays
+/// close-on-exec here: the process supervisor places it in bubblewrap alone
+/// ([`ProcessSpec::pass_fd`](crate::process::ProcessSpec::pass_fd)).
+pub fn filter_file() -> Result<std::fs::File, String> {
     let bytes = to_bytes(&no_network_program()?);
     let io = |e: std::io::Error| format!("cannot write the seccomp filter: {e}");
     let mut file = tempfile::tempfile().map_err(io)?;
     file.write_all(&bytes).map_err(io)?;
     file.rewind().map_err(io)?;
-    nix::fcntl::fcntl(
-        &file,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-    )
-    .map_err(|e| format!("cannot pass the seccomp filter to the sandbox: {e}"))?;
     Ok(file)
 }
 

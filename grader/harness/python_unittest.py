@@ -1,0 +1,276 @@
+"""anvil's protected unittest runner. Shipped with anvil and written into the grading
+directory by the grader; never taken from the workspace.
+
+It runs only the expected tests the task names, each in its own suite, and reports each
+test's outcome over the channel the grader owns: the descriptor whose number is its only
+argument (a socket the grader made for this run). The grader first sends one JSON line —
+the run's nonce, the expected tests and the source directories — and every line sent back
+carries that nonce. Standard output is the tests' own and decides nothing.
+
+Python runs isolated (-I: no PYTHONPATH, no user site, the script's directory not on the
+path); the source directories are added after the standard library, so the workspace cannot
+shadow `unittest` or any other standard module. Before each test and after it, the runner
+checks that its own machinery (assertion methods, result, suite, loader and case classes,
+exit functions, import) is unchanged: a change is reported as a tamper finding.
+
+Code under test runs in this process, so a determined program could still forge a line;
+that is why tasks should call the code under test in a separate process where they can, and
+why the grader also scans the workspace for tampering.
+"""
+
+import builtins
+import importlib.util
+import json
+import os
+import sys
+import traceback
+import unittest
+import unittest.case
+import unittest.loader
+import unittest.result
+import unittest.suite
+
+# Bound before any code under test is imported.
+_write = os.write
+_read = os.read
+_dup = os.dup
+_close = os.close
+_exit = os._exit
+_dumps = json.dumps
+_loads = json.loads
+_format_exc = traceback.format_exception
+
+
+class _Collect(unittest.TestResult):
+    """Keeps the outcome of the one test it runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.outcome = None
+        self.detail = ""
+
+    def _set(self, outcome, err=None, detail=""):
+        if self.outcome in (None, "passed"):
+            self.outcome = outcome
+            if err is not None:
+                self.detail = "".join(_format_exc(*err))[-2000:]
+            else:
+                self.detail = detail
+
+    def addSuccess(self, test):
+        self._set("passed")
+
+    def addFailure(self, test, err):
+        self._set("failed", err)
+
+    def addError(self, test, err):
+        self._set("error", err)
+
+    def addSkip(self, test, reason):
+        self._set("skipped", detail=str(reason))
+
+    def addExpectedFailure(self, test, err):
+        self._set("expected_failure", err)
+
+    def addUnexpectedSuccess(self, test):
+        self._set("unexpected_success")
+
+    def addSubTest(self, test, subtest, err):
+        if err is not None:
+            failure = issubclass(err[0], test.failureException)
+            self._set("failed" if failure else "error", err)
+
+
+_WATCHED_CLASSES = (
+    unittest.TestCase,
+    unittest.TestResult,
+    unittest.TestSuite,
+    unittest.TestLoader,
+    unittest.case._Outcome,
+    unittest.suite.BaseTestSuite,
+    _Collect,
+)
+_WATCHED_MODULES = (unittest, unittest.case, unittest.result, unittest.suite, unittest.loader)
+_WATCHED_FUNCTIONS = (
+    (sys, "exit"),
+    (os, "_exit"),
+    (os, "write"),
+    (os, "read"),
+    (builtins, "__import__"),
+    (builtins, "isinstance"),
+    (builtins, "getattr"),
+    (builtins, "issubclass"),
+    (json, "dumps"),
+)
+
+
+def _snapshot():
+    snap = {}
+    for cls in _WATCHED_CLASSES:
+        for name, value in vars(cls).items():
+            snap[(cls.__qualname__, name)] = value
+    for mod in _WATCHED_MODULES:
+        for name, value in vars(mod).items():
+            if not name.startswith("__"):
+                snap[(mod.__name__, name)] = value
+    for owner, name in _WATCHED_FUNCTIONS:
+        snap[(getattr(owner, "__name__", "?"), name)] = getattr(owner, name, None)
+    snap[("sys.modules", "unittest")] = sys.modules.get("unittest")
+    return snap
+
+
+def _changes(before, after):
+    changed = [k for k in before if k not in after or after[k] is not before[k]]
+    added = [k for k in after if k not in before]
+    return [".".join(k) for k in changed + added]
+
+
+class _Channel:
+    def __init__(self, fd):
+        # A private, non-inheritable copy; the number the grader used is closed so that
+        # processes the tests start do not inherit it.
+        self.fd = _dup(fd)
+        _close(fd)
+        self.nonce = None
+
+    def read_line(self):
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = _read(self.fd, 65536)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode("utf-8")
+
+    def send(self, **event):
+        event["nonce"] = self.nonce
+        line = (_dumps(event) + "\n").encode("utf-8")
+        while line:
+            n = _write(self.fd, line)
+            line = line[n:]
+
+
+def _shadow_findings(sources, loaded):
+    """Top-level names in the source directories that would shadow a standard or
+    already-loaded module (the runner's own), had they been ahead of it on the path."""
+    stdlib = set(getattr(sys, "stdlib_module_names", ())) | set(sys.builtin_module_names)
+    top = {name.split(".")[0] for name in loaded}
+    found = []
+    for src in sources:
+        try:
+            entries = sorted(os.listdir(src))
+        except OSError:
+            continue
+        for entry in entries:
+            path = os.path.join(src, entry)
+            if entry.endswith(".py"):
+                name = entry[:-3]
+            elif os.path.isdir(path) and entry.isidentifier():
+                name = entry
+            elif ".cpython-" in entry or entry.endswith(".so"):
+                name = entry.split(".")[0]
+            else:
+                continue
+            if name in stdlib or name in top:
+                found.append((os.path.relpath(path, src), name))
+    return found
+
+
+def _load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError("cannot load " + path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main():
+    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
+        sys.stderr.write("usage: python_unittest.py RESULTS_FD\n")
+        _exit(2)
+    chan = _Channel(int(sys.argv[1]))
+    request = _loads(chan.read_line())
+    chan.nonce = request["nonce"]
+    sources = request["sources"]
+    tests = request["tests"]
+    root = sources[0]
+
+    for rel, name in _shadow_findings(sources, list(sys.modules)):
+        chan.send(
+            event="tamper",
+            kind="shadows_module",
+            path=rel,
+            detail="shadows the standard or runner module '%s'" % name,
+        )
+
+    # The sources go after the standard library, before site-packages.
+    at = len(sys.path)
+    for i, entry in enumerate(sys.path):
+        if "site-packages" in entry or "dist-packages" in entry:
+            at = i
+            break
+    sys.path[at:at] = list(sources)
+
+    baseline = _snapshot()
+    modules = {}
+    for test_id in tests:
+        file_part, _, name = test_id.partition("::")
+        if file_part in modules:
+            continue
+        module_name = file_part[:-3].replace("/", ".") if file_part.endswith(".py") else file_part
+        try:
+            modules[file_part] = (_load(os.path.join(root, file_part), module_name), None)
+        except BaseException as e:  # noqa: BLE001 - a module that raises or exits on import
+            modules[file_part] = (None, "".join(_format_exc(type(e), e, e.__traceback__))[-2000:])
+        changed = _changes(baseline, _snapshot())
+        if changed:
+            chan.send(
+                event="tamper",
+                kind="runner_patched",
+                path=file_part,
+                detail="importing it changed the runner: " + ", ".join(changed[:10]),
+            )
+            baseline = _snapshot()
+
+    for test_id in tests:
+        file_part, _, name = test_id.partition("::")
+        module, error = modules[file_part]
+        if module is None:
+            chan.send(event="test", id=test_id, outcome="error", detail=error)
+            continue
+        cls_name, _, method = name.partition("::")
+        cls = getattr(module, cls_name, None)
+        if not (isinstance(cls, type) and issubclass(cls, unittest.TestCase)) or not hasattr(
+            cls, method
+        ):
+            chan.send(event="test", id=test_id, outcome="missing", detail="no such test")
+            continue
+        before = _snapshot()
+        result = _Collect()
+        try:
+            unittest.TestSuite([cls(method)]).run(result)
+        except BaseException as e:  # noqa: BLE001
+            result._set("error", (type(e), e, e.__traceback__))
+        changed = _changes(before, _snapshot())
+        if changed:
+            chan.send(
+                event="tamper",
+                kind="runner_patched",
+                path=file_part,
+                detail="%s changed the runner: %s" % (test_id, ", ".join(changed[:10])),
+            )
+        chan.send(
+            event="test",
+            id=test_id,
+            outcome=result.outcome or "error",
+            detail=result.detail or ("" if result.outcome else "the test reported nothing"),
+        )
+    chan.send(event="done")
+    sys.stdout.flush()
+    _exit(0)
+
+
+if __name__ == "__main__":
+    main()
