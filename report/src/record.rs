@@ -122,6 +122,23 @@ pub struct TrialRecord {
     pub grader_sandbox: Option<String>,
 }
 
+impl TrialRecord {
+    /// Whether the workspace changed test infrastructure: grading ended `tampered`, or the
+    /// grader recorded tamper findings.
+    pub fn tampered(&self) -> bool {
+        self.check_outcome == Some(CheckOutcome::Tampered) || !self.tamper.is_empty()
+    }
+
+    /// The verdict as reports count it: `None` for an infrastructure failure, and never a
+    /// pass for a tampered trial.
+    pub fn counted_pass(&self) -> Option<bool> {
+        if self.infra_error.is_some() {
+            return None;
+        }
+        self.pass.map(|p| p && !self.tampered())
+    }
+}
+
 /// A record that could not be read, with the line it came from (1-based).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{source_name}:{line}: {reason}")]

@@ -9,22 +9,54 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anvil_report::TrialRecord;
+use anvil_report::record::{Accounting, Digests, SCHEMA_VERSION, Tokens};
 use anvil_runner::queue::{self, Db, QueueLocation, SweepRow, TrialJob, TrialKey};
 use anvil_runner::worker::{self, TrialEnd, TrialHandler, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
 struct NoOp;
 
+fn record(job: &TrialJob, attempt: u32) -> TrialRecord {
+    TrialRecord {
+        schema_version: SCHEMA_VERSION,
+        sweep: job.sweep.clone(),
+        task: job.task.clone(),
+        model: job.model.clone(),
+        trial: job.trial,
+        attempt,
+        pass: Some(true),
+        outcome: Some("done".into()),
+        infra_error: None,
+        steps: 1,
+        tokens: Tokens::default(),
+        cost_usd: None,
+        accounting: Accounting::Unknown,
+        duration_ms: 1,
+        agent_ms: None,
+        check_ms: None,
+        session_path: None,
+        digests: Digests::default(),
+        anvil_git_sha: "bench".into(),
+        check_outcome: None,
+        tamper: Vec::new(),
+        grader_sandbox: None,
+    }
+}
+
 #[async_trait::async_trait]
 impl TrialHandler for NoOp {
-    async fn run(&self, _: &TrialJob, _: u32, _: CancellationToken) -> TrialEnd {
-        TrialEnd::Graded("{}".into())
+    async fn run(&self, job: &TrialJob, attempt: u32, _: CancellationToken) -> TrialEnd {
+        TrialEnd::Graded(record(job, attempt))
     }
     fn time_budget(&self, _: &TrialJob) -> Duration {
         Duration::from_secs(60)
     }
-    fn infra_record(&self, _: &TrialJob, _: u32, _: &str) -> String {
-        String::new()
+    fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> TrialRecord {
+        let mut r = record(job, attempt);
+        r.pass = None;
+        r.infra_error = Some(reason.into());
+        r
     }
 }
 

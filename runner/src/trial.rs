@@ -172,15 +172,15 @@ impl AgentTrials {
     }
 
     /// The record of a trial that could not be completed for `reason`.
-    fn infra_record_json(
+    fn infra_record_for(
         job: &TrialJob,
         attempt: u32,
         digests: Option<&TaskDigests>,
         reason: &str,
-    ) -> String {
+    ) -> TrialRecord {
         let mut record = Self::base_record(job, attempt, digests);
         record.infra_error = Some(reason.to_string());
-        serde_json::to_string(&record).unwrap_or_default()
+        record
     }
 
     fn infra(
@@ -190,7 +190,7 @@ impl AgentTrials {
         reason: String,
     ) -> TrialEnd {
         TrialEnd::Infra {
-            record: Self::infra_record_json(job, attempt, digests, &reason),
+            record: Self::infra_record_for(job, attempt, digests, &reason),
             reason,
         }
     }
@@ -269,7 +269,7 @@ impl AgentTrials {
                 );
             }
         }
-        TrialEnd::Graded(serde_json::to_string(&record).unwrap_or_default())
+        TrialEnd::Graded(record)
     }
 
     async fn run_agent(
@@ -437,8 +437,8 @@ impl TrialHandler for AgentTrials {
         Duration::from_secs(caps.unwrap_or(24 * 3600)) + self.options.slack
     }
 
-    fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> String {
+    fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> TrialRecord {
         let local = self.cached_task(job);
-        Self::infra_record_json(job, attempt, local.as_ref().map(|t| &t.digests), reason)
+        Self::infra_record_for(job, attempt, local.as_ref().map(|t| &t.digests), reason)
     }
 }

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use anvil_report::TrialRecord;
 use apalis::prelude::{
     Attempt, BackendExt, BoxDynError, Data, Monitor, WorkerBuilder, WorkerBuilderExt,
 };
@@ -26,11 +27,11 @@ use crate::queue::{Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms, on_s
 /// How one run of a trial ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TrialEnd {
-    /// Graded (pass or fail), or a model failure: final. The trial record as JSON.
-    Graded(String),
+    /// Graded (pass or fail), or a model failure: final. Its trial record.
+    Graded(TrialRecord),
     /// The infrastructure failed; retried while attempts remain. `record` is the trial record
     /// (with `infra_error` set) written if this was the last attempt.
-    Infra { reason: String, record: String },
+    Infra { reason: String, record: TrialRecord },
     /// The sweep was cancelled while the trial ran.
     Cancelled,
 }
@@ -46,7 +47,7 @@ pub trait TrialHandler: Send + Sync + 'static {
     fn time_budget(&self, job: &TrialJob) -> Duration;
     /// The record of a trial that could not be completed for `reason`, written without running
     /// it (its attempts are used up).
-    fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> String;
+    fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> TrialRecord;
 }
 
 #[derive(Debug, Clone)]

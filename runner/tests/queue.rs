@@ -9,9 +9,39 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anvil_report::TrialRecord;
+use anvil_report::record::{Accounting, CheckOutcome, Digests, SCHEMA_VERSION, Tokens};
 use anvil_runner::queue::{self, Db, QueueLocation, SweepRow, SweepStart, TrialKey, TrialState};
 use anvil_runner::worker::{self, TrialEnd, TrialHandler, WorkerOptions};
 use tokio_util::sync::CancellationToken;
+
+/// A trial record: graded `pass`, or an infrastructure failure when `infra` is given.
+fn record(key: &TrialKey, attempt: u32, pass: bool, infra: Option<&str>) -> TrialRecord {
+    TrialRecord {
+        schema_version: SCHEMA_VERSION,
+        sweep: key.sweep.clone(),
+        task: key.task.clone(),
+        model: key.model.clone(),
+        trial: key.trial,
+        attempt,
+        pass: infra.is_none().then_some(pass),
+        outcome: infra.is_none().then(|| "done".into()),
+        infra_error: infra.map(str::to_string),
+        steps: 1,
+        tokens: Tokens::default(),
+        cost_usd: None,
+        accounting: Accounting::Unknown,
+        duration_ms: 1,
+        agent_ms: None,
+        check_ms: None,
+        session_path: None,
+        digests: Digests::default(),
+        anvil_git_sha: "test".into(),
+        check_outcome: None,
+        tamper: Vec::new(),
+        grader_sandbox: None,
+    }
+}
 
 #[derive(Default)]
 struct Recorder {
@@ -41,20 +71,16 @@ impl TrialHandler for Double {
             .entry((job.task.clone(), job.trial))
             .or_default()
             .push(attempt);
-        let record = format!(
-            r#"{{"task":"{}","trial":{},"attempt":{attempt},"pass":true}}"#,
-            job.task, job.trial
-        );
+        let key = job.key();
+        let record = record(&key, attempt, true, None);
         match job.task.as_str() {
             "flaky" if attempt < 2 => TrialEnd::Infra {
                 reason: "provider unreachable".into(),
-                record: String::new(),
+                record: self.infra_record(job, attempt, "provider unreachable"),
             },
             "broken" => TrialEnd::Infra {
                 reason: "sandbox could not start".into(),
-                record: format!(
-                    r#"{{"infra_error":"sandbox could not start","attempt":{attempt}}}"#
-                ),
+                record: self.infra_record(job, attempt, "sandbox could not start"),
             },
             "hangs" => {
                 tokio::select! {
@@ -70,8 +96,8 @@ impl TrialHandler for Double {
         Duration::from_secs(2)
     }
 
-    fn infra_record(&self, _: &queue::TrialJob, attempt: u32, reason: &str) -> String {
-        format!(r#"{{"infra_error":"{reason}","attempt":{attempt}}}"#)
+    fn infra_record(&self, job: &queue::TrialJob, attempt: u32, reason: &str) -> TrialRecord {
+        record(&job.key(), attempt, false, Some(reason))
     }
 }
 
@@ -203,9 +229,9 @@ async fn infrastructure_failures_are_retried_then_recorded() {
         );
         let records = db.records("s2").await.unwrap();
         assert!(
-            records
-                .iter()
-                .any(|r| r.contains(r#""infra_error":"sandbox could not start","attempt":3"#)),
+            records.iter().any(|r| r.contains(
+                r#""attempt":3,"pass":null,"outcome":null,"infra_error":"sandbox could not start""#
+            )),
             "{records:?}"
         );
     })
@@ -237,24 +263,45 @@ async fn a_late_write_from_an_older_attempt_is_fenced_off() {
         // w1 is presumed dead; attempt 2 takes over and finishes.
         assert!(db.claim(key, 2, "w2").await.unwrap());
         assert!(!db.claim(key, 1, "w1").await.unwrap(), "never backwards");
+        let new = record(key, 2, true, None);
         assert!(
-            db.finish(key, 2, TrialState::Done, Some("new"), None)
+            db.finish(key, 2, TrialState::Done, Some(&new), None)
                 .await
                 .unwrap()
         );
         // w1 wakes up and tries to write its result.
         assert!(
-            !db.finish(key, 1, TrialState::Done, Some("old"), None)
-                .await
-                .unwrap()
+            !db.finish(
+                key,
+                1,
+                TrialState::Done,
+                Some(&record(key, 1, false, None)),
+                None
+            )
+            .await
+            .unwrap()
         );
         assert!(
-            !db.finish(key, 3, TrialState::Done, Some("dup"), None)
-                .await
-                .unwrap(),
+            !db.finish(
+                key,
+                3,
+                TrialState::Done,
+                Some(&record(key, 3, false, None)),
+                None
+            )
+            .await
+            .unwrap(),
             "a finished trial stays finished"
         );
-        assert_eq!(db.records("s4").await.unwrap(), vec!["new".to_string()]);
+        assert_eq!(
+            db.records("s4").await.unwrap(),
+            vec![serde_json::to_string(&new).unwrap()]
+        );
+        assert_eq!(
+            db.counts("s4").await.unwrap().passed,
+            1,
+            "the fenced-off fails are not counted"
+        );
         assert_eq!(
             db.trial_state(key).await.unwrap(),
             Some((TrialState::Done, 2))
@@ -317,4 +364,108 @@ async fn cancelling_a_sweep_stops_queued_and_running_trials() {
         let _ = tokio::time::timeout(Duration::from_secs(10), handle).await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_are_counted_from_the_verdict_column_not_the_record_text() {
+    with_each_db("passcol", |db| async move {
+        let keys = sweep_with(&db, "s6", &["t"], 4, 3).await;
+        let passed = record(&keys[0], 1, true, None);
+        // A fail whose record mentions `"pass":true` in its text.
+        let mut failed = record(&keys[1], 1, false, None);
+        failed.session_path = Some(r#"/tmp/ws-"pass":true"#.into());
+        // A tampered trial never counts as a pass, whatever its `pass` says.
+        let mut tampered = record(&keys[2], 1, true, None);
+        tampered.check_outcome = Some(CheckOutcome::Tampered);
+        let infra = record(
+            &keys[3],
+            1,
+            false,
+            Some(r#"grader said "pass":true then crashed"#),
+        );
+        for (key, r, state) in [
+            (&keys[0], &passed, TrialState::Done),
+            (&keys[1], &failed, TrialState::Done),
+            (&keys[2], &tampered, TrialState::Done),
+            (&keys[3], &infra, TrialState::InfraError),
+        ] {
+            assert!(db.claim(key, 1, "w").await.unwrap());
+            assert!(db.finish(key, 1, state, Some(r), None).await.unwrap());
+        }
+        let counts = db.counts("s6").await.unwrap();
+        assert_eq!(counts.get(TrialState::Done), 3, "{counts:?}");
+        assert_eq!(counts.passed, 1, "{counts:?}");
+        // The records are stored as written, one JSON line each.
+        let records = db.records("s6").await.unwrap();
+        assert_eq!(records.len(), 4);
+        for r in &records {
+            let back: TrialRecord = serde_json::from_str(r).unwrap();
+            assert!(
+                [&passed, &failed, &tampered, &infra].contains(&&back),
+                "{r}"
+            );
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trials_finished_before_the_pass_column_get_their_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite = QueueLocation::Sqlite(dir.path().join("q.db"));
+    let pg = queue::testing::fresh_postgres("backfill")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    for location in [&sqlite, &pg] {
+        let db = Db::open(location, 2).await.unwrap();
+        let keys = sweep_with(&db, "s7", &["t"], 4, 3).await;
+        let mut tampered = record(&keys[2], 1, true, None);
+        tampered.tamper = vec![anvil_report::record::TamperFinding {
+            path: "conftest.py".into(),
+            kind: "conftest".into(),
+            detail: "new".into(),
+        }];
+        let rows = [
+            record(&keys[0], 1, true, None),
+            record(&keys[1], 1, false, None),
+            tampered,
+            record(&keys[3], 1, false, Some("lost worker")),
+        ];
+        for (key, r) in keys.iter().zip(&rows) {
+            let state = if r.infra_error.is_some() {
+                TrialState::InfraError
+            } else {
+                TrialState::Done
+            };
+            assert!(db.finish(key, 1, state, Some(r), None).await.unwrap());
+        }
+        // Back to the schema before the column: drop it and forget its migration.
+        for sql in [
+            "ALTER TABLE anvil_trials DROP COLUMN pass",
+            "DELETE FROM _anvil_migrations WHERE version = 20261201000001",
+        ] {
+            match &db {
+                Db::Sqlite(pool) => sqlx::query(sql).execute(pool).await.map(|_| ()),
+                Db::Postgres(pool) => sqlx::query(sql).execute(pool).await.map(|_| ()),
+            }
+            .unwrap();
+        }
+        db.close().await;
+        // Opening it migrates it again, filling the column from the stored records.
+        let db = Db::open(location, 2).await.unwrap();
+        const SQL: &str = "SELECT trial, pass FROM anvil_trials WHERE sweep = 's7' ORDER BY trial";
+        let pass: Vec<(i64, Option<i64>)> = match &db {
+            Db::Sqlite(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
+            Db::Postgres(pool) => sqlx::query_as(SQL).fetch_all(pool).await,
+        }
+        .unwrap();
+        assert_eq!(
+            pass,
+            [(0, Some(1)), (1, Some(0)), (2, Some(0)), (3, None)],
+            "{location}"
+        );
+        assert_eq!(db.counts("s7").await.unwrap().passed, 1, "{location}");
+        db.close().await;
+    }
+    queue::testing::drop_postgres(&pg).await;
 }

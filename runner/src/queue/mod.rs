@@ -50,6 +50,8 @@ pub enum QueueError {
     },
     #[error("enqueueing sweep {sweep}: {reason}")]
     Enqueue { sweep: String, reason: String },
+    #[error("trial {key}: its record cannot be stored: {reason}")]
+    Record { key: String, reason: String },
 }
 
 impl QueueError {

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use anvil_report::TrialRecord;
 use serde::{Deserialize, Serialize};
 
 use super::{Db, QueueError, on_pool};
@@ -306,23 +307,34 @@ impl Db {
     }
 
     /// Writes the outcome of `attempt`: the result row is upserted under its unique key, and
-    /// only if no newer attempt has claimed the trial since. False when fenced off.
+    /// only if no newer attempt has claimed the trial since. False when fenced off. The record
+    /// is stored as its JSON line, with its verdict in the `pass` column beside it.
     pub async fn finish(
         &self,
         key: &TrialKey,
         attempt: u32,
         state: TrialState,
-        record: Option<&str>,
+        record: Option<&TrialRecord>,
         error: Option<&str>,
     ) -> Result<bool, QueueError> {
         const SQL: &str = "INSERT INTO anvil_trials \
-             (sweep, task, model, trial, state, attempt, finished_at_ms, last_error, record) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             (sweep, task, model, trial, state, attempt, finished_at_ms, last_error, record, pass) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (sweep, task, model, trial) DO UPDATE SET \
              state = excluded.state, attempt = excluded.attempt, finished_at_ms = excluded.finished_at_ms, \
-             last_error = excluded.last_error, record = COALESCE(excluded.record, anvil_trials.record) \
+             last_error = excluded.last_error, record = COALESCE(excluded.record, anvil_trials.record), \
+             pass = CASE WHEN excluded.record IS NULL THEN anvil_trials.pass ELSE excluded.pass END \
              WHERE anvil_trials.attempt <= excluded.attempt \
              AND anvil_trials.state NOT IN ('done', 'infra_error', 'cancelled')";
+        let text =
+            record
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| QueueError::Record {
+                    key: key.to_string(),
+                    reason: e.to_string(),
+                })?;
+        let pass = record.and_then(TrialRecord::counted_pass).map(i64::from);
         let n = on_pool!(self, pool => sqlx::query(SQL)
             .bind(&key.sweep)
             .bind(&key.task)
@@ -332,7 +344,8 @@ impl Db {
             .bind(i64::from(attempt))
             .bind(now_ms())
             .bind(error)
-            .bind(record)
+            .bind(text.as_deref())
+            .bind(pass)
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))
@@ -373,8 +386,7 @@ impl Db {
     }
 
     pub async fn counts(&self, sweep: &str) -> Result<Counts, QueueError> {
-        const SQL: &str = "SELECT state, COUNT(*), \
-             SUM(CASE WHEN record LIKE '%\"pass\":true%' THEN 1 ELSE 0 END) \
+        const SQL: &str = "SELECT state, COUNT(*), SUM(CASE WHEN pass = 1 THEN 1 ELSE 0 END) \
              FROM anvil_trials WHERE sweep = $1 GROUP BY state";
         let rows: Vec<(String, i64, Option<i64>)> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
