@@ -65,8 +65,24 @@ impl WorkerArgs {
         })
     }
 
-    fn trial_options(&self) -> TrialOptions {
+    /// How trials run here, for a queue at `queue`.
+    fn trial_options(&self, queue: &QueueLocation) -> TrialOptions {
+        // The queue's files (other trials' records) and anvil's data dir are never a trial's
+        // business. Only the database files themselves: a queue given as ~/queue.db must not
+        // hide the whole home directory.
+        let absolute =
+            |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut hidden: Vec<PathBuf> = anvil_llm::config::data_dir().into_iter().collect();
+        if let QueueLocation::Sqlite(file) = queue {
+            let file = absolute(file);
+            for suffix in ["", "-wal", "-shm", "-journal"] {
+                let mut name = file.clone().into_os_string();
+                name.push(suffix);
+                hidden.push(PathBuf::from(name));
+            }
+        }
         TrialOptions {
+            hidden,
             anvil: self.anvil.clone().unwrap_or_else(TrialOptions::find_anvil),
             workspaces: self
                 .workspaces
@@ -112,9 +128,14 @@ pub async fn open(queue: Option<&str>, connections: u32) -> Result<(Db, QueueLoc
     Ok((db, location))
 }
 
-/// Checks that every model resolves from the user's config on this machine; returns each
-/// one's config digest.
-fn check_models(models: &[String]) -> Result<std::collections::BTreeMap<String, String>> {
+/// Pins every model as this machine's anvil built-ins and user config resolve it — never a
+/// project config: the sweep's trials run in task repositories, whose `.anvil/config.toml` must
+/// not decide what a model is. With `needs_credentials` (trials will run here), each model's
+/// credential variable must be set too.
+fn pin_models(
+    models: &[String],
+    needs_credentials: bool,
+) -> Result<Vec<anvil_llm::registry::PinnedModel>> {
     use anvil_llm::config::{Config, ConfigFile, user_config_path};
     let user = match user_config_path() {
         Some(path) => ConfigFile::load(&path)?.map(|f| (path, f)),
@@ -122,14 +143,17 @@ fn check_models(models: &[String]) -> Result<std::collections::BTreeMap<String, 
     };
     let config = Config::merge(user, None, false)?;
     let registry = anvil_llm::registry::Registry::new(config);
-    let mut digests = std::collections::BTreeMap::new();
-    for model in models {
-        let resolved = registry
-            .resolve(model)
-            .map_err(|e| anyhow!("--models: '{model}': {e}"))?;
-        digests.insert(model.clone(), resolved.config_digest);
-    }
-    Ok(digests)
+    models
+        .iter()
+        .map(|model| {
+            let pinned = if needs_credentials {
+                registry.resolve(model).and_then(|_| registry.pin(model))
+            } else {
+                registry.pin(model)
+            };
+            pinned.map_err(|e| anyhow!("--models: '{model}': {e}"))
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -164,14 +188,11 @@ pub struct RunArgs {
 
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // Everything is validated before anything is enqueued.
-    let spec = SweepSpec::plan(
-        &args.tasks,
-        args.models.clone(),
-        args.trials,
-        args.max_attempts,
-    )?;
-    check_models(&args.models)?;
-    let trial_options = args.worker.trial_options();
+    let models = pin_models(&args.models, !args.detach)?;
+    let spec = SweepSpec::plan(&args.tasks, models, args.trials, args.max_attempts)?;
+    let trial_options = args
+        .worker
+        .trial_options(&QueueLocation::from_option(args.queue.as_deref())?);
     let worker_options = args.worker.worker_options()?;
     if !args.detach {
         preflight(&trial_options)?;
@@ -268,7 +289,9 @@ pub struct WorkerCmdArgs {
 }
 
 pub async fn worker(args: WorkerCmdArgs) -> Result<ExitCode> {
-    let trial_options = args.worker.trial_options();
+    let trial_options = args
+        .worker
+        .trial_options(&QueueLocation::from_option(args.queue.as_deref())?);
     let worker_options = args.worker.worker_options()?;
     preflight(&trial_options)?;
     let (db, location) = open(args.queue.as_deref(), args.worker.concurrency + 4).await?;

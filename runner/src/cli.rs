@@ -92,6 +92,18 @@ pub struct Cli {
     /// headless, the rest is denied.
     #[arg(long, value_enum, default_value_t = PermissionMode::Default)]
     pub permission_mode: PermissionMode,
+
+    /// For eval workers: run with exactly the model and sandbox settings in FILE (a
+    /// `contract::TrialConfig` as JSON) and read no config file at all — neither the user's nor
+    /// the workspace's `.anvil/config.toml`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        hide = true,
+        requires = "print",
+        conflicts_with = "model"
+    )]
+    pub pinned_config: Option<PathBuf>,
 }
 
 /// What `--help` shows after the options: examples, then the exit codes.

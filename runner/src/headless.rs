@@ -9,11 +9,12 @@ use std::io::{IsTerminal, Read, Write};
 
 use anvil_agent::{AgentEvent, EventSink, TurnOutcome};
 use anvil_llm::{ContentBlock, Role, Usage};
-use serde_json::json;
+use anvil_report::record::Accounting;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, OutputFormat};
+use crate::contract::{HeadlessFailure, HeadlessOutcome, HeadlessResult, SetupOutcome};
 use crate::exit;
 use crate::setup;
 
@@ -88,39 +89,48 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
             r
         }
         OutputFormat::Json => {
-            let mut object = json!({
-                "outcome": exit::name(&outcome),
-                "text": final_text,
-                "steps": summary.steps,
-                "usage": summary.usage,
-                "model": session.model.name,
-                "provider": session.model.provider_name,
-                "model_id": session.model.model,
-                "config_digest": session.model.config_digest,
-            });
             // Cost: known only with pricing; a turn that failed mid-stream may have used more
             // than was reported, so its cost is an estimate (a lower bound), never a known 0.
-            let (cost, accounting) = match session.model.pricing {
-                None => (None, "unknown"),
+            let (cost_usd, accounting) = match session.model.pricing {
+                None => (None, Accounting::Unknown),
                 Some(p) => {
                     let failed = matches!(outcome, TurnOutcome::Failed { .. });
                     (
                         Some(p.cost(&summary.usage)),
-                        if failed { "estimated" } else { "reported" },
+                        if failed {
+                            Accounting::Estimated
+                        } else {
+                            Accounting::Reported
+                        },
                     )
                 }
             };
-            object["cost_usd"] = json!(cost);
-            object["accounting"] = json!(accounting);
-            match &outcome {
+            let (error, retryable, reason) = match &outcome {
                 TurnOutcome::Failed { error, retryable } => {
-                    object["error"] = json!(error);
-                    object["retryable"] = json!(retryable);
+                    (Some(error.clone()), Some(*retryable), None)
                 }
-                TurnOutcome::ProtocolStopped { reason } => object["reason"] = json!(reason),
-                _ => {}
+                TurnOutcome::ProtocolStopped { reason } => (None, None, Some(reason.clone())),
+                _ => (None, None, None),
+            };
+            let result = HeadlessResult {
+                outcome: HeadlessOutcome::of(&outcome),
+                text: final_text,
+                steps: summary.steps,
+                usage: summary.usage,
+                model: session.model.name.clone(),
+                provider: session.model.provider_name.clone(),
+                model_id: session.model.model.clone(),
+                config_digest: session.model.config_digest.clone(),
+                cost_usd,
+                accounting,
+                error,
+                retryable,
+                reason,
+            };
+            match serde_json::to_string(&result) {
+                Ok(line) => writeln!(stdout, "{line}"),
+                Err(e) => Err(std::io::Error::other(e)),
             }
-            writeln!(stdout, "{object}")
         }
         OutputFormat::StreamJson => Ok(()),
     };
@@ -159,12 +169,17 @@ fn fail_setup(format: OutputFormat, error: &str, code: i32) -> i32 {
     match format {
         OutputFormat::Text => eprintln!("anvil: {error}"),
         OutputFormat::Json | OutputFormat::StreamJson => {
-            let kind = if code == exit::CONFIG {
-                "config_error"
-            } else {
-                "usage_error"
+            let failure = HeadlessFailure {
+                outcome: if code == exit::CONFIG {
+                    SetupOutcome::ConfigError
+                } else {
+                    SetupOutcome::UsageError
+                },
+                error: error.to_string(),
             };
-            println!("{}", json!({"outcome": kind, "error": error}));
+            if let Ok(line) = serde_json::to_string(&failure) {
+                println!("{line}");
+            }
         }
     }
     code

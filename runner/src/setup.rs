@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
-use anvil_agent::prompt::PromptBuilder;
+use anvil_agent::prompt::{PromptBuilder, discover_instructions};
 use anvil_agent::sandbox::{Sandbox, SandboxPolicy};
 use anvil_agent::secrets::{ChildEnv, Redactor};
 use anvil_agent::tools::register_coding_tools;
@@ -14,6 +14,7 @@ use anvil_llm::registry::{Registry, ResolvedModel};
 use sha2::{Digest, Sha256};
 
 use crate::cli::{Cli, PermissionMode, SandboxMode};
+use crate::contract::TrialConfig;
 
 /// A session could not be set up; the message says what to change.
 #[derive(Debug)]
@@ -41,6 +42,9 @@ pub struct Session {
     pub cwd: PathBuf,
     /// Project config keys that were not applied (untrusted endpoints and credentials).
     pub ignored: Vec<IgnoredKey>,
+    /// An eval trial's settings (`--pinned-config`): the model was taken from it, no config
+    /// file was read, and the sandbox was built from it.
+    pub trial: Option<TrialConfig>,
 }
 
 /// The workspace: `-C DIR` or the current directory, canonical.
@@ -101,9 +105,13 @@ pub fn policy_for(
     Ok(policy)
 }
 
-/// Loads config, resolves the model and builds the agent.
+/// Loads config, resolves the model and builds the agent. With `--pinned-config`, no config
+/// file is read: see [`build_trial`].
 pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     let cwd = workspace(cli)?;
+    if let Some(path) = &cli.pinned_config {
+        return build_trial(cli, path, cwd, events);
+    }
     let trust = TrustStore::load_default()?;
     let config = Config::load(&cwd, &trust)?;
     let ignored = config.ignored.clone();
@@ -119,13 +127,49 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
         }
     };
     let model = registry.resolve(&name)?;
-    let agent = agent_for(&model, &cwd, cli, events)?;
+    let prompt = PromptBuilder::for_workspace(&cwd);
+    let agent = agent_for(&model, &cwd, cli, prompt, None, events)?;
     Ok(Session {
         agent,
         model,
         registry,
         cwd,
         ignored,
+        trial: None,
+    })
+}
+
+/// An eval trial's session: the model exactly as pinned in the trial config at `path`, and
+/// nothing from any config file — the workspace is a task repository, which must not re-point
+/// the model, add permission rules or change pricing, and the worker's own config must not
+/// make one machine's trials differ from another's (the same goes for the user's global
+/// `AGENTS.md`; the repository's own instructions are part of the task and stay).
+fn build_trial(
+    cli: &Cli,
+    path: &Path,
+    cwd: PathBuf,
+    events: EventSink,
+) -> Result<Session, SetupError> {
+    let trial = TrialConfig::read(path).map_err(|e| SetupError(e.to_string()))?;
+    let registry = Registry::new(trial.model.config());
+    let model = registry.resolve(&trial.model.name)?;
+    let pinned = trial.model.digest();
+    if model.config_digest != pinned {
+        return Err(SetupError(format!(
+            "model {} resolved to config {} instead of the pinned {pinned}",
+            trial.model.name, model.config_digest
+        )));
+    }
+    let mut prompt = PromptBuilder::for_workspace(&cwd);
+    prompt.instructions = discover_instructions(&cwd, None);
+    let agent = agent_for(&model, &cwd, cli, prompt, Some(&trial), events)?;
+    Ok(Session {
+        agent,
+        model,
+        registry,
+        cwd,
+        ignored: Vec::new(),
+        trial: Some(trial),
     })
 }
 
@@ -138,26 +182,45 @@ fn policy(mode: SandboxMode) -> SandboxPolicy {
     }
 }
 
-/// The standard coding toolset for `cwd`, its commands confined by `sandbox`.
-pub fn tools(cwd: &Path, sandbox: SandboxMode) -> Result<ToolRegistry, SetupError> {
+/// The standard coding toolset for `cwd`, its commands confined by `sandbox`; for an eval
+/// trial, by the trial's sandbox view as well.
+pub fn tools(
+    cwd: &Path,
+    sandbox: SandboxMode,
+    trial: Option<&TrialConfig>,
+) -> Result<ToolRegistry, SetupError> {
     let access = FileAccess::workspace(cwd)
         .map_err(|e| SetupError(format!("cannot open the workspace {}: {e}", cwd.display())))?;
     let mut tools = ToolRegistry::new().with_redactor(Arc::new(Redactor::from_env()));
-    let sandbox = Arc::new(Sandbox::new(policy(sandbox), cwd));
+    let sandbox = Arc::new(trial_sandbox(Sandbox::new(policy(sandbox), cwd), trial));
     register_coding_tools(&mut tools, Arc::new(access), ChildEnv::default(), sandbox)
         .map_err(|e| SetupError(e.to_string()))?;
     Ok(tools)
+}
+
+/// The sandbox of an eval trial's commands. The trial's `hidden` paths (the task directory,
+/// the workspaces root, the queue's data directory) are what its view must hide; a trial
+/// shows only the workspace and the toolchains.
+// TODO(issue 12, item 4): build the trial view here from `trial.hidden` (the sandbox's own
+// view API); until then a trial's commands see what any session's do.
+fn trial_sandbox(sandbox: Sandbox, trial: Option<&TrialConfig>) -> Sandbox {
+    match trial {
+        Some(_trial) => sandbox,
+        None => sandbox,
+    }
 }
 
 fn agent_for(
     model: &ResolvedModel,
     cwd: &Path,
     cli: &Cli,
+    prompt: PromptBuilder,
+    trial: Option<&TrialConfig>,
     events: EventSink,
 ) -> Result<Agent, SetupError> {
     let cfg = AgentConfig {
         model: model.model.clone(),
-        system: Some(PromptBuilder::for_workspace(cwd).build()),
+        system: Some(prompt.build()),
         max_steps: cli.max_steps.unwrap_or(AgentConfig::default().max_steps),
         max_tokens: model.limits.max_output_tokens,
         prompt_cache_key: model.prompt_cache_key.then(|| prompt_cache_key(cwd)),
@@ -165,7 +228,7 @@ fn agent_for(
     };
     Ok(Agent::new(
         Arc::clone(&model.provider),
-        Arc::new(tools(cwd, cli.sandbox)?),
+        Arc::new(tools(cwd, cli.sandbox, trial)?),
         cfg,
         cwd,
         events,

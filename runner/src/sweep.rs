@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anvil_grader::digest::{self, TaskDigests};
 use anvil_grader::{Task, find_tasks};
+use anvil_llm::registry::PinnedModel;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -28,13 +29,30 @@ pub struct SweepSpec {
     pub tasks: Vec<SweepTask>,
     /// Model aliases from the config.
     pub models: Vec<String>,
-    /// Each model's config digest (protocol, endpoint, model id, limits) where the sweep was
-    /// started; each record also carries the digest its worker resolved.
+    /// Each model's configuration, resolved where the sweep was started (built-ins and user
+    /// config, never a task's project config). Every trial runs with exactly this; its digest
+    /// is each record's `digests.model_config`.
     #[serde(default)]
-    pub model_configs: std::collections::BTreeMap<String, String>,
+    pub model_configs: std::collections::BTreeMap<String, SweepModel>,
     pub trials: u32,
     /// Attempts per trial, infrastructure retries included.
     pub max_attempts: u32,
+}
+
+/// A model of a sweep, pinned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepModel {
+    pub config: PinnedModel,
+    /// [`PinnedModel::digest`] of `config`.
+    pub digest: String,
+}
+
+impl SweepModel {
+    pub fn new(config: PinnedModel) -> Self {
+        let digest = config.digest();
+        Self { config, digest }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,13 +66,16 @@ pub enum SweepError {
 }
 
 impl SweepSpec {
-    /// Loads and validates the tasks matching `pattern` and digests them.
+    /// Loads and validates the tasks matching `pattern` and digests them; `models` are the
+    /// sweep's models, pinned, in the order given.
     pub fn plan(
         pattern: &str,
-        models: Vec<String>,
+        models: Vec<PinnedModel>,
         trials: u32,
         max_attempts: u32,
     ) -> Result<SweepSpec, SweepError> {
+        let pinned = models;
+        let models: Vec<String> = pinned.iter().map(|m| m.name.clone()).collect();
         if trials == 0 {
             return Err(SweepError::Invalid("--trials must be at least 1".into()));
         }
@@ -98,7 +119,10 @@ impl SweepSpec {
         Ok(SweepSpec {
             tasks,
             models,
-            model_configs: Default::default(),
+            model_configs: pinned
+                .into_iter()
+                .map(|m| (m.name.clone(), SweepModel::new(m)))
+                .collect(),
             trials,
             max_attempts,
         })
@@ -153,15 +177,20 @@ impl SweepSpec {
                 stored.models.join(",")
             ));
         }
-        for (model, digest) in &self.model_configs {
-            if stored
-                .model_configs
-                .get(model)
-                .is_some_and(|old| old != digest)
-            {
-                out.push(format!(
-                    "model {model}'s config changed (endpoint, model id or limits)"
-                ));
+        for (model, pinned) in &self.model_configs {
+            match stored.model_configs.get(model) {
+                None if stored.models.contains(model) => out.push(format!(
+                    "model {model} was not pinned when the sweep was started (by an older anvil)"
+                )),
+                Some(old) if old != pinned => {
+                    let changes = pinned.config.changes_from(&old.config);
+                    out.push(if changes.is_empty() {
+                        format!("model {model}'s config changed")
+                    } else {
+                        format!("model {model}'s config changed: {}", changes.join(", "))
+                    });
+                }
+                _ => {}
             }
         }
         if self.trials != stored.trials {
@@ -193,6 +222,24 @@ impl SweepSpec {
 
     pub fn task(&self, name: &str) -> Option<&SweepTask> {
         self.tasks.iter().find(|t| t.name == name)
+    }
+
+    /// The configuration `model` runs with in this sweep, checked against its digest.
+    pub fn pinned(&self, model: &str) -> Result<&PinnedModel, String> {
+        let pinned = self.model_configs.get(model).ok_or_else(|| {
+            format!(
+                "model {model} has no pinned config in this sweep (started by an older anvil?); \
+                 start a new sweep"
+            )
+        })?;
+        let digest = pinned.config.digest();
+        if digest != pinned.digest {
+            return Err(format!(
+                "model {model}'s pinned config does not match its recorded digest ({digest} instead of {})",
+                pinned.digest
+            ));
+        }
+        Ok(&pinned.config)
     }
 
     /// Reads the spec stored with a sweep.
@@ -302,6 +349,18 @@ mod tests {
         assert_eq!(id.len(), "sweep-20261130-120000-abcd".len(), "{id}");
     }
 
+    fn pinned(base_url: &str) -> PinnedModel {
+        let mut m =
+            anvil_llm::registry::Registry::with_env(anvil_llm::config::Config::built_in(), |_| {
+                None
+            })
+            .pin("haiku")
+            .unwrap();
+        m.name = "m".into();
+        m.provider.base_url = base_url.into();
+        m
+    }
+
     fn spec(grader: &str) -> SweepSpec {
         SweepSpec {
             tasks: vec![SweepTask {
@@ -315,7 +374,11 @@ mod tests {
                 },
             }],
             models: vec!["m".into()],
-            model_configs: [("m".to_string(), "c1".to_string())].into(),
+            model_configs: [(
+                "m".to_string(),
+                SweepModel::new(pinned("https://a.example")),
+            )]
+            .into(),
             trials: 3,
             max_attempts: 3,
         }
@@ -339,12 +402,45 @@ mod tests {
     fn a_changed_model_config_is_named() {
         let old = spec("g");
         let mut new = spec("g");
-        new.model_configs.insert("m".into(), "c2".into());
+        new.model_configs
+            .insert("m".into(), SweepModel::new(pinned("https://b.example")));
         assert_ne!(old.fingerprint(), new.fingerprint());
         assert_eq!(
             new.difference(&old),
-            "model m's config changed (endpoint, model id or limits)"
+            "model m's config changed: provider.base_url \"https://a.example\" → \"https://b.example\""
         );
+        let mut unpinned = spec("g");
+        unpinned.model_configs.clear();
+        assert_eq!(
+            new.difference(&unpinned),
+            "model m was not pinned when the sweep was started (by an older anvil)"
+        );
+    }
+
+    #[test]
+    fn a_pinned_model_is_checked_against_its_digest() {
+        let mut s = spec("g");
+        assert_eq!(
+            s.pinned("m").unwrap().provider.base_url,
+            "https://a.example"
+        );
+        assert!(
+            s.pinned("n")
+                .unwrap_err()
+                .contains("model n has no pinned config")
+        );
+        if let Some(m) = s.model_configs.get_mut("m") {
+            m.config.max_output_tokens = 1;
+        }
+        let err = s.pinned("m").unwrap_err();
+        assert!(err.contains("does not match its recorded digest"), "{err}");
+    }
+
+    #[test]
+    fn the_stored_spec_is_stable() {
+        let mut s = spec("g");
+        s.tasks[0].dir = "/tasks/t".into();
+        insta::assert_json_snapshot!("sweep_spec", s);
     }
 
     #[test]

@@ -18,10 +18,13 @@ use anvil_agent::process::{self, ProcessSpec, Termination};
 use anvil_grader::digest::{self, TaskDigests};
 use anvil_grader::task::PermissionMode;
 use anvil_grader::{GradeOptions, Task, Verdict, grade};
-use anvil_report::record::{Accounting, Digests, SCHEMA_VERSION, Tokens, TrialRecord};
-use serde_json::Value;
+use anvil_llm::registry::PinnedModel;
+use anvil_report::record::{
+    Accounting, CheckOutcome, Digests, SCHEMA_VERSION, TamperFinding, Tokens, TrialRecord,
+};
 use tokio_util::sync::CancellationToken;
 
+use crate::contract::{HeadlessOutput, TrialConfig};
 use crate::exit;
 use crate::queue::{Db, TrialJob};
 use crate::sweep::{ANVIL_GIT_SHA, SweepSpec};
@@ -42,6 +45,9 @@ pub struct TrialOptions {
     /// Time allowed beyond the task's agent and check caps before the trial is ended as an
     /// infrastructure failure.
     pub slack: Duration,
+    /// Paths every trial's sandbox must hide besides the task directory and the workspaces
+    /// (e.g. the queue's files).
+    pub hidden: Vec<PathBuf>,
 }
 
 impl TrialOptions {
@@ -63,6 +69,8 @@ struct LocalTask {
 
 struct SweepContext {
     tasks: HashMap<String, Result<Arc<LocalTask>, String>>,
+    /// Each model's pinned configuration, or why the sweep has none usable.
+    models: HashMap<String, Result<Arc<PinnedModel>, String>>,
 }
 
 /// The real trial handler.
@@ -122,7 +130,12 @@ impl AgentTrials {
                 (t.name.clone(), local)
             })
             .collect();
-        let ctx = Arc::new(SweepContext { tasks });
+        let models = spec
+            .models
+            .iter()
+            .map(|m| (m.clone(), spec.pinned(m).cloned().map(Arc::new)))
+            .collect();
+        let ctx = Arc::new(SweepContext { tasks, models });
         if let Ok(mut map) = self.sweeps.lock() {
             map.insert(sweep.to_string(), ctx.clone());
         }
@@ -195,6 +208,38 @@ impl AgentTrials {
         }
     }
 
+    fn pinned_model(ctx: &SweepContext, name: &str) -> Result<Arc<PinnedModel>, String> {
+        match ctx.models.get(name) {
+            Some(r) => r.clone(),
+            None => Err(format!("model {name} is not part of this sweep")),
+        }
+    }
+
+    /// The digest of the job's pinned model, if its sweep has been loaded already.
+    fn cached_model_digest(&self, job: &TrialJob) -> Option<String> {
+        let ctx = self.sweeps.lock().ok()?.get(&job.sweep).cloned()?;
+        Some(Self::pinned_model(&ctx, &job.model).ok()?.digest())
+    }
+
+    /// Why this machine cannot run `model` as pinned, if it cannot: its credential variable
+    /// must be set in the agent's environment.
+    fn unsupported(&self, model: &PinnedModel) -> Option<String> {
+        let var = model.provider.api_key_env.as_deref()?;
+        let set = self
+            .options
+            .env
+            .iter()
+            .any(|(k, v)| k == var && !v.trim().is_empty());
+        (!set).then(|| {
+            format!(
+                "model {} needs {var}, which is not set on worker {} (pid {})",
+                model.name,
+                host_name(),
+                std::process::id()
+            )
+        })
+    }
+
     /// The job's task, if its sweep has been loaded already.
     fn cached_task(&self, job: &TrialJob) -> Option<Arc<LocalTask>> {
         let ctx = self.sweeps.lock().ok()?.get(&job.sweep).cloned()?;
@@ -213,6 +258,13 @@ impl AgentTrials {
         };
         let digests = Some(&local.digests);
         let task = &local.task;
+        let model = match Self::pinned_model(&ctx, &job.model) {
+            Ok(m) => m,
+            Err(e) => return Self::infra(job, attempt, digests, e),
+        };
+        if let Some(reason) = self.unsupported(&model) {
+            return Self::infra(job, attempt, digests, reason);
+        }
         // A worker killed mid-trial leaves its workspace; whoever runs next clears it.
         self.workspaces.remove_stale();
         let label = format!("{}-{}-{}-a{attempt}", job.task, job.model, job.trial);
@@ -224,9 +276,13 @@ impl AgentTrials {
             Err(e) => return Self::infra(job, attempt, digests, e.to_string()),
         };
         let agent_started = Instant::now();
-        let agent = self
-            .run_agent(task, &job.model, ws.path(), cancel.clone())
-            .await;
+        let agent = match self.write_trial_config(task, &model, ws.path()) {
+            Ok(config) => {
+                self.run_agent(task, &model, &config, ws.path(), cancel.clone())
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         let agent_ms = agent_started.elapsed().as_millis() as u64;
         let mut record = Self::base_record(job, attempt, digests);
         let run = match agent {
@@ -241,7 +297,6 @@ impl AgentTrials {
         record.outcome = Some(run.outcome.clone());
         record.steps = run.steps;
         record.tokens = run.tokens;
-        record.digests.model_config = run.model_config;
         record.cost_usd = run.cost_usd;
         record.accounting = run.accounting;
         if cancel.is_cancelled() {
@@ -257,9 +312,22 @@ impl AgentTrials {
             None
         };
         record.session_path = kept.map(|p| p.display().to_string());
-        match graded.verdict {
-            Verdict::Pass => record.pass = Some(true),
-            Verdict::Fail => record.pass = Some(false),
+        record.grader_sandbox = Some(graded.sandbox.clone());
+        record.tamper = graded
+            .tamper
+            .iter()
+            .map(|f| TamperFinding {
+                path: f.path.clone(),
+                kind: f.kind.clone(),
+                detail: f.detail.clone(),
+            })
+            .collect();
+        let (pass, outcome) = match graded.verdict {
+            Verdict::Pass => (true, CheckOutcome::Passed),
+            Verdict::Fail => (false, CheckOutcome::Failed),
+            // The model's code ran past the check's timeout: its fail, never a retry.
+            Verdict::CheckTimeout => (false, CheckOutcome::CheckTimeout),
+            Verdict::Tampered => (false, CheckOutcome::Tampered),
             Verdict::GraderError => {
                 return Self::infra(
                     job,
@@ -268,14 +336,43 @@ impl AgentTrials {
                     format!("grader error: {}", graded.reason),
                 );
             }
-        }
+        };
+        record.pass = Some(pass);
+        record.check_outcome = Some(outcome);
         TrialEnd::Graded(record)
+    }
+
+    /// Writes the child's [`TrialConfig`] beside the workspace (in the trial's private
+    /// directory, which the agent's sandbox does not show) and returns its path.
+    fn write_trial_config(
+        &self,
+        task: &Task,
+        model: &PinnedModel,
+        workspace: &Path,
+    ) -> Result<PathBuf, String> {
+        let dir = workspace.parent().ok_or_else(|| {
+            format!(
+                "the workspace {} has no parent directory",
+                workspace.display()
+            )
+        })?;
+        let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut hidden = vec![canonical(&task.dir), canonical(self.workspaces.root())];
+        hidden.extend(self.options.hidden.iter().cloned());
+        let config = TrialConfig {
+            model: model.clone(),
+            hidden,
+        };
+        let path = dir.join(TrialConfig::FILE_NAME);
+        config.write(&path).map_err(|e| e.to_string())?;
+        Ok(path)
     }
 
     async fn run_agent(
         &self,
         task: &Task,
-        model: &str,
+        model: &PinnedModel,
+        config: &Path,
         workspace: &Path,
         cancel: CancellationToken,
     ) -> Result<AgentRun, String> {
@@ -286,12 +383,13 @@ impl AgentTrials {
             PermissionMode::Bypass => "bypass",
         };
         let workspace_arg = workspace.display().to_string();
+        let config_arg = config.display().to_string();
         let spec = ProcessSpec::new(self.options.anvil.display().to_string(), workspace)
             .args([
                 "-p",
                 task.spec.prompt.as_str(),
-                "-m",
-                model,
+                "--pinned-config",
+                &config_arg,
                 "--output-format",
                 "json",
                 "--permission-mode",
@@ -326,7 +424,6 @@ impl AgentTrials {
                     outcome: "timeout".into(),
                     steps: 0,
                     tokens: Tokens::default(),
-                    model_config: String::new(),
                     cost_usd: None,
                     accounting: Accounting::Unknown,
                 }));
@@ -340,22 +437,22 @@ impl AgentTrials {
             Termination::Exited(code) => code,
         };
         let stdout = output.stdout.text();
-        let json: Option<Value> = stdout
-            .lines()
-            .rev()
-            .find(|l| l.trim_start().starts_with('{'))
-            .and_then(|l| serde_json::from_str(l).ok());
-        let Some(json) = json else {
-            return Err(format!(
-                "the agent exited {code} without a JSON result: {}",
-                stderr_tail()
-            ));
-        };
-        let field = |name: &str| {
-            json.get(name)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
+        let result = match HeadlessOutput::parse(&stdout) {
+            None => {
+                return Err(format!(
+                    "the agent exited {code} without a JSON result: {}",
+                    stderr_tail()
+                ));
+            }
+            Some(Err(e)) => return Err(format!("the agent exited {code}: {e}")),
+            Some(Ok(HeadlessOutput::Setup(failure))) => {
+                return Err(format!(
+                    "the agent could not start (exit {code}, {}): {}",
+                    failure.outcome.as_str(),
+                    failure.error
+                ));
+            }
+            Some(Ok(HeadlessOutput::Turn(result))) => result,
         };
         match code {
             exit::DONE
@@ -364,41 +461,49 @@ impl AgentTrials {
             | exit::REFUSED
             | exit::PROTOCOL_STOPPED => {}
             exit::FAILED => {
-                if json.get("retryable").and_then(Value::as_bool) == Some(true) {
+                if result.retryable == Some(true) {
                     return Err(format!(
                         "provider unreachable after retries: {}",
-                        field("error")
+                        result.error.as_deref().unwrap_or("")
                     ));
                 }
             }
             _ => {
                 return Err(format!(
-                    "the agent could not start (exit {code}, {}): {}",
-                    field("outcome"),
-                    field("error")
+                    "the agent exited {code} after a turn that ended {}: {}",
+                    result.outcome.as_str(),
+                    result.error.as_deref().unwrap_or("")
                 ));
             }
         }
-        let usage = json.get("usage").cloned().unwrap_or(Value::Null);
-        let n = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let pinned = model.digest();
+        if result.config_digest != pinned {
+            return Err(format!(
+                "the agent ran model {} with config {} instead of the pinned {pinned}",
+                result.model, result.config_digest
+            ));
+        }
         Ok(AgentRun::Finished(Finished {
-            outcome: field("outcome"),
-            steps: json.get("steps").and_then(Value::as_u64).unwrap_or(0) as u32,
+            outcome: result.outcome.as_str().to_string(),
+            steps: result.steps,
             tokens: Tokens {
-                input: n("input"),
-                output: n("output"),
-                cache_read: n("cache_read"),
-                cache_write: n("cache_write"),
+                input: result.usage.input,
+                output: result.usage.output,
+                cache_read: result.usage.cache_read,
+                cache_write: result.usage.cache_write,
             },
-            model_config: field("config_digest"),
-            cost_usd: json.get("cost_usd").and_then(Value::as_f64),
-            accounting: match json.get("accounting").and_then(Value::as_str) {
-                Some("reported") => Accounting::Reported,
-                Some("estimated") => Accounting::Estimated,
-                _ => Accounting::Unknown,
-            },
+            cost_usd: result.cost_usd,
+            accounting: result.accounting,
         }))
     }
+}
+
+fn host_name() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 fn keep_note(reason: String, ws: &workspace::Workspace, keep: bool) -> String {
@@ -418,7 +523,6 @@ struct Finished {
     outcome: String,
     steps: u32,
     tokens: Tokens,
-    model_config: String,
     cost_usd: Option<f64>,
     accounting: Accounting,
 }
@@ -426,7 +530,18 @@ struct Finished {
 #[async_trait::async_trait]
 impl TrialHandler for AgentTrials {
     async fn run(&self, job: &TrialJob, attempt: u32, cancel: CancellationToken) -> TrialEnd {
-        self.run_trial(job, attempt, cancel).await
+        let mut end = self.run_trial(job, attempt, cancel).await;
+        // Every record names the model config the sweep pinned (the agent's own report of it
+        // was checked against this).
+        if let Some(digest) = self.cached_model_digest(job) {
+            match &mut end {
+                TrialEnd::Graded(record) | TrialEnd::Infra { record, .. } => {
+                    record.digests.model_config = digest;
+                }
+                TrialEnd::Cancelled => {}
+            }
+        }
+        end
     }
 
     fn time_budget(&self, job: &TrialJob) -> Duration {
@@ -439,6 +554,11 @@ impl TrialHandler for AgentTrials {
 
     fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> TrialRecord {
         let local = self.cached_task(job);
-        Self::infra_record_for(job, attempt, local.as_ref().map(|t| &t.digests), reason)
+        let mut record =
+            Self::infra_record_for(job, attempt, local.as_ref().map(|t| &t.digests), reason);
+        if let Some(digest) = self.cached_model_digest(job) {
+            record.digests.model_config = digest;
+        }
+        record
     }
 }

@@ -221,6 +221,110 @@ async fn headless_text_prints_only_the_answer_and_reads_stdin() {
     assert_eq!(sent, "review this\n\ndiff --git a/x b/x\n+new line");
 }
 
+/// The JSON a real `anvil -p` prints is exactly the contract type the eval worker reads.
+#[tokio::test(flavor = "multi_thread")]
+async fn headless_json_is_what_the_trial_reader_reads() {
+    use anvil_runner::contract::{HeadlessOutcome, HeadlessOutput};
+    let server = server(edit_script()).await;
+    let m = machine(&server);
+    let out = m
+        .command()
+        .args(["-p", "go", "--output-format", "json"])
+        .args(["--permission-mode", "accept-edits"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let Some(Ok(HeadlessOutput::Turn(result))) =
+        HeadlessOutput::parse(&String::from_utf8_lossy(&out.stdout))
+    else {
+        panic!("{}", String::from_utf8_lossy(&out.stdout));
+    };
+    assert_eq!(result.outcome, HeadlessOutcome::Done);
+    assert_eq!((result.steps, result.usage.input), (3, 150));
+    assert_eq!(
+        (result.model.as_str(), result.provider.as_str()),
+        ("test", "mock")
+    );
+    assert_eq!(result.config_digest.len(), 64);
+    let out = m
+        .command()
+        .env_remove("MOCK_API_KEY")
+        .args(["-p", "x", "--output-format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(6));
+    let parsed = HeadlessOutput::parse(&String::from_utf8_lossy(&out.stdout));
+    assert!(
+        matches!(&parsed, Some(Ok(HeadlessOutput::Setup(f))) if f.error.contains("MOCK_API_KEY")),
+        "{parsed:?}"
+    );
+}
+
+/// With `--pinned-config` (how an eval worker runs a trial) anvil reads no config file: the
+/// repository's `.anvil/config.toml` cannot re-point the model or add rules, the user config
+/// cannot change it either, and the model is exactly the pinned one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pinned_config_is_the_whole_truth() {
+    use anvil_llm::config::{Config, ConfigFile};
+    use anvil_llm::registry::Registry;
+    use anvil_runner::contract::{HeadlessOutput, TrialConfig};
+    let pinned_server = server(edit_script()).await;
+    let elsewhere = server(vec![text_answer("wrong server")]).await;
+    let m = machine(&elsewhere);
+    let user = format!(
+        "[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
+        pinned_server.uri()
+    );
+    let user = ConfigFile::parse(&user, Path::new("u.toml")).unwrap();
+    let config = Config::merge(Some(("u.toml".into(), user)), None, false).unwrap();
+    let model = Registry::with_env(config, |_| None).pin("test").unwrap();
+    let digest = model.digest();
+    let trial_dir = m.home.path().join("trial");
+    std::fs::create_dir_all(&trial_dir).unwrap();
+    let config_path = trial_dir.join(TrialConfig::FILE_NAME);
+    TrialConfig {
+        model,
+        hidden: vec![trial_dir.clone()],
+    }
+    .write(&config_path)
+    .unwrap();
+    std::fs::create_dir_all(m.repo.join(".anvil")).unwrap();
+    std::fs::write(
+        m.repo.join(".anvil/config.toml"),
+        "default_model = \"test\"\n[models.test]\nprovider = \"anthropic\"\nmodel = \"claude-opus\"\n[permissions]\ndeny = [\"edit_file\"]\n",
+    )
+    .unwrap();
+    let out = m
+        .command()
+        .args(["-p", "make it say goodbye", "--output-format", "json"])
+        .args(["--permission-mode", "accept-edits", "--pinned-config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    let Some(Ok(HeadlessOutput::Turn(result))) = HeadlessOutput::parse(&stdout) else {
+        panic!("{stdout}");
+    };
+    assert_eq!(result.config_digest, digest);
+    assert_eq!(result.model_id, "claude-test");
+    assert_eq!(
+        std::fs::read_to_string(m.repo.join("greet.txt")).unwrap(),
+        "goodbye world\n",
+        "the project's deny rule did not apply"
+    );
+    assert_eq!(pinned_server.received_requests().await.unwrap().len(), 3);
+    assert!(elsewhere.received_requests().await.unwrap().is_empty());
+    // The model comes from the pinned config alone: -m beside it is a usage error.
+    let out = m
+        .command()
+        .args(["-p", "x", "-m", "test", "--pinned-config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn headless_denies_what_the_permission_mode_does_not_allow() {
     let server = server(edit_script()).await;
