@@ -196,6 +196,8 @@ def main():
     sources = request["sources"]
     tests = request["tests"]
     root = sources[0]
+    # Heard before any code under test runs: a run that ends after this is the tests' doing.
+    chan.send(event="started")
 
     for rel, name in _shadow_findings(sources, list(sys.modules)):
         chan.send(

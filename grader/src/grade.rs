@@ -562,6 +562,7 @@ async fn run_python(
             }
             "tamper" => tamper.push(TamperFinding::new(event.path, &event.kind, event.detail)),
             "done" => done = true,
+            "started" => {}
             _ => forged += 1,
         }
     }

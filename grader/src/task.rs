@@ -221,6 +221,15 @@ impl Task {
                 ),
             ));
         }
+        for p in &task.spec.check.protected {
+            let full = within("check.protected", &task.protected_files(), p)?;
+            if !full.is_file() {
+                return Err(err(
+                    Some("check.protected"),
+                    format!("{} is not a file", full.display()),
+                ));
+            }
+        }
         if task.spec.check.tests.is_empty() {
             return Err(err(
                 Some("check.tests"),
@@ -254,15 +263,6 @@ impl Task {
                 return Err(err(
                     Some(&format!("check.forbid_outside[{i}]")),
                     format!("'{rel}' must be ../NAME: a path beside the workspace"),
-                ));
-            }
-        }
-        for p in &task.spec.check.protected {
-            let full = within("check.protected", &task.protected_files(), p)?;
-            if !full.is_file() {
-                return Err(err(
-                    Some("check.protected"),
-                    format!("{} is not a file", full.display()),
                 ));
             }
         }

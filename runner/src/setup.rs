@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
 use anvil_agent::prompt::{PromptBuilder, discover_instructions};
-use anvil_agent::sandbox::{Sandbox, SandboxPolicy};
+use anvil_agent::sandbox::{Confined, Sandbox, SandboxPolicy, View};
 use anvil_agent::secrets::{ChildEnv, Redactor};
 use anvil_agent::tools::register_coding_tools;
 use anvil_agent::{Agent, AgentConfig, EventSink, ToolRegistry};
@@ -198,14 +198,19 @@ pub fn tools(
     Ok(tools)
 }
 
-/// The sandbox of an eval trial's commands. The trial's `hidden` paths (the task directory,
-/// the workspaces root, the queue's data directory) are what its view must hide; a trial
-/// shows only the workspace and the toolchains.
-// TODO(issue 12, item 4): build the trial view here from `trial.hidden` (the sandbox's own
-// view API); until then a trial's commands see what any session's do.
+/// The sandbox of an eval trial's commands: a confined view that shows only the workspace,
+/// the system directories and the toolchains (never the task directory, other trials'
+/// workspaces or the queue's files), with the trial's `hidden` paths masked as well in case a
+/// toolchain directory holds one of them.
 fn trial_sandbox(sandbox: Sandbox, trial: Option<&TrialConfig>) -> Sandbox {
     match trial {
-        Some(_trial) => sandbox,
+        Some(trial) => {
+            let home = std::env::var_os("HOME").map(PathBuf::from);
+            let view = Confined::for_host(home.as_deref(), std::env::var_os("PATH").as_deref());
+            sandbox
+                .with_view(View::Confined(view))
+                .with_hidden(trial.hidden.clone())
+        }
         None => sandbox,
     }
 }

@@ -74,6 +74,16 @@ pub fn config(server: &MockServer) -> String {
     )
 }
 
+/// The protected test of a sweep task, relative to the task directory.
+pub const ANSWER_TEST: &str = "grader/files/tests/test_answer.py";
+
+/// The protected test wanting `answer` in answer.txt.
+pub fn answer_test(answer: &str) -> String {
+    format!(
+        "import unittest\n\nclass Answer(unittest.TestCase):\n    def test_answer(self):\n        with open('answer.txt') as f:\n            self.assertEqual(f.read().strip(), '{answer}')\n"
+    )
+}
+
 pub fn task(root: &Path, name: &str) {
     let dir = root.join(name);
     std::fs::create_dir_all(dir.join("repo")).unwrap();
@@ -85,11 +95,12 @@ pub fn task(root: &Path, name: &str) {
     )
     .unwrap();
     std::fs::write(dir.join("solution/answer.txt"), "42\n").unwrap();
-    std::fs::write(dir.join("grader/check.sh"), "grep -qx 42 answer.txt\n").unwrap();
+    std::fs::create_dir_all(dir.join("grader/files/tests")).unwrap();
+    std::fs::write(dir.join(ANSWER_TEST), answer_test("42")).unwrap();
     std::fs::write(
         dir.join("task.toml"),
         format!(
-            "name = \"{name}\"\nprompt = \"Write the answer to answer.txt.\"\nmax_steps = 5\ntimeout_secs = 120\npermission_mode = \"bypass\"\n\n[check]\nscript = \"check.sh\"\ntimeout_secs = 30\n"
+            "name = \"{name}\"\nprompt = \"Write the answer to answer.txt.\"\nmax_steps = 5\ntimeout_secs = 120\npermission_mode = \"bypass\"\n\n[check]\nrunner = \"python-unittest\"\ntimeout_secs = 30\nprotected = [\"tests/test_answer.py\"]\ntests = [\"tests/test_answer.py::Answer::test_answer\"]\n"
         ),
     )
     .unwrap();
