@@ -109,10 +109,13 @@ fn tail(s: &str) -> String {
 fn grading_sandbox(grading: &Path, hidden: Vec<PathBuf>) -> Sandbox {
     static PROBED: OnceLock<Result<(), SandboxError>> = OnceLock::new();
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let view = View::Confined(Confined::for_host(
-        home.as_deref(),
-        std::env::var_os("PATH").as_deref(),
-    ));
+    let mut confined = Confined::for_host(home.as_deref(), std::env::var_os("PATH").as_deref());
+    for root in &toolchains().roots {
+        if !confined.read_only.iter().any(|r| root.starts_with(r)) {
+            confined.read_only.push(root.clone());
+        }
+    }
+    let view = View::Confined(confined);
     let make = |dir: &Path| {
         Sandbox::new(SandboxPolicy::WorkspaceWrite { network: false }, dir)
             .with_view(view.clone())
@@ -138,6 +141,9 @@ struct Toolchains {
     python: Result<PathBuf, String>,
     /// The sysroot's `bin/` (cargo and rustc there, not rustup's proxies).
     rust_bin: Result<PathBuf, String>,
+    /// Where they live (Python's base prefix, Rust's sysroot): shown read-only to the check
+    /// whatever HOME and PATH say.
+    roots: Vec<PathBuf>,
 }
 
 fn toolchains() -> &'static Toolchains {
@@ -157,16 +163,35 @@ fn toolchains() -> &'static Toolchains {
             }
             Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
         };
-        Toolchains {
-            python: ask(
-                "python3",
-                &["-I", "-c", "import sys; print(sys.executable)"],
-            )
+        let python = ask(
+            "python3",
+            &[
+                "-I",
+                "-c",
+                "import os, sys; print(os.path.realpath(sys.executable)); print(sys.base_prefix)",
+            ],
+        )
+        .map_err(|e| format!("python-unittest tasks need python3 on PATH ({e})"));
+        let sysroot = ask("rustc", &["--print", "sysroot"])
             .map(PathBuf::from)
-            .map_err(|e| format!("python-unittest tasks need python3 on PATH ({e})")),
-            rust_bin: ask("rustc", &["--print", "sysroot"])
-                .map(|s| PathBuf::from(s).join("bin"))
-                .map_err(|e| format!("cargo-test tasks need a Rust toolchain on PATH ({e})")),
+            .map_err(|e| format!("cargo-test tasks need a Rust toolchain on PATH ({e})"));
+        let mut roots = Vec::new();
+        if let Ok(p) = &python {
+            roots.extend(p.lines().skip(1).map(PathBuf::from));
+            roots.extend(
+                p.lines()
+                    .next()
+                    .and_then(|exe| Path::new(exe).parent())
+                    .map(Path::to_path_buf),
+            );
+        }
+        if let Ok(s) = &sysroot {
+            roots.push(s.clone());
+        }
+        Toolchains {
+            python: python.map(|p| PathBuf::from(p.lines().next().unwrap_or_default())),
+            rust_bin: sysroot.map(|s| s.join("bin")),
+            roots,
         }
     })
 }

@@ -545,12 +545,14 @@ async fn a_hang_is_a_check_timeout_not_a_retry() {
 async fn the_check_cannot_read_the_answer_or_reach_out() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let root = tempfile::tempdir().unwrap();
+    // Not under /tmp: every sandbox has a private /tmp, which would hide these whatever the
+    // view; the confined view must hide them on its own.
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let py = Task::load(&python_task(root.path())).unwrap();
     // A sibling trial's workspace holding a correct solution.
-    let sibling = tempfile::tempdir().unwrap();
+    let sibling = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     write(sibling.path(), "workspace/calc.py", PY_FIXED);
-    let outside = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let cheat = format!(
         r#"import os, socket, sys
 for path in [{solution:?}, {sibling:?}]:
