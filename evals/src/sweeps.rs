@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anvil_grader::GradeOptions;
-use anvil_runner::queue::{Counts, Db, QueueLocation, TrialState, now_ms};
+use anvil_runner::queue::{CHECK_TIMEOUT, Counts, Db, DbWatch, QueueLocation, TrialState, now_ms};
 use anvil_runner::sweep::{self, SweepSpec};
 use anvil_runner::trial::{AgentTrials, TrialOptions};
 use anvil_runner::worker::{self, WorkerOptions};
@@ -122,10 +122,33 @@ fn preflight(options: &TrialOptions) -> Result<()> {
     Ok(())
 }
 
+/// Opens the queue, creating it when missing: only for `run` and `worker`, which make queues.
 pub async fn open(queue: Option<&str>, connections: u32) -> Result<(Db, QueueLocation)> {
     let location = QueueLocation::from_option(queue)?;
     let db = Db::open(&location, connections).await?;
     Ok((db, location))
+}
+
+/// Opens a queue that must exist (`status`, `export`, `cancel`, `report --sweep`): a missing
+/// database is an error naming it, never a new empty one.
+pub async fn open_existing(queue: Option<&str>, connections: u32) -> Result<(Db, QueueLocation)> {
+    let location = QueueLocation::from_option(queue)?;
+    let db = Db::open_existing(&location, connections).await?;
+    Ok((db, location))
+}
+
+/// How often a running sweep or worker makes sure its queue database is still there.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// Waits until the queue database is lost (deleted, replaced, no longer writable, not
+/// answering) and says how.
+async fn lost(db: Db, watch: DbWatch) -> anyhow::Error {
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        if let Err(e) = watch.check(&db).await {
+            return e.into();
+        }
+    }
 }
 
 /// Pins every model as this machine's anvil built-ins and user config resolve it — never a
@@ -232,34 +255,65 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         worker_options,
         shutdown.clone(),
     ));
+    // A database deleted or made read-only under a running sweep must stop it: SQLite would
+    // go on writing to the unlinked file, and the progress line would never end.
+    let watch = DbWatch::new(&location)?;
+    let mut lost_db = std::pin::pin!(lost(db.clone(), watch.clone()));
     let mut progress = Progress::new();
-    let interrupted = loop {
-        let counts = db.counts(&id).await?;
+    let stop = loop {
+        let counts = match tokio::time::timeout(CHECK_TIMEOUT, db.counts(&id)).await {
+            Ok(Ok(counts)) => counts,
+            // Say why the database failed when the watch can tell.
+            Ok(Err(e)) => {
+                break Stop::Lost(watch.check(&db).await.err().map_or(e.into(), Into::into));
+            }
+            Err(_) => {
+                break Stop::Lost(anyhow!(
+                    "the queue database at {location} did not answer within {} s",
+                    CHECK_TIMEOUT.as_secs()
+                ));
+            }
+        };
         progress.show(&counts);
         if counts.total() > 0 && counts.finished() == counts.total() {
-            break false;
+            break Stop::Finished;
         }
         if workers.is_finished() {
-            break false;
+            break Stop::Finished;
         }
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
-            _ = tokio::signal::ctrl_c() => break true,
+            _ = tokio::signal::ctrl_c() => break Stop::Interrupted,
+            e = &mut lost_db => break Stop::Lost(e),
         }
     };
     progress.finish();
     shutdown.cancel();
-    if interrupted {
-        eprintln!(
-            "interrupted. Finished trials are kept; resume with the same command plus --sweep {id}"
-        );
-        return Ok(ExitCode::from(130));
+    match stop {
+        Stop::Finished => {}
+        Stop::Interrupted => {
+            eprintln!(
+                "interrupted. Finished trials are kept; resume with the same command plus --sweep {id}"
+            );
+            return Ok(ExitCode::from(130));
+        }
+        Stop::Lost(e) => {
+            return Err(e.context(format!(
+                "sweep {id} stopped: its results cannot be recorded (no report)"
+            )));
+        }
     }
     match tokio::time::timeout(Duration::from_secs(10), workers).await {
         Ok(Ok(Err(e))) => eprintln!("anvil-evals: worker: {e}"),
         Ok(Err(e)) => eprintln!("anvil-evals: worker: {e}"),
         _ => {}
     }
+    // Never a report from a database that went away while the workers stopped.
+    watch.check(&db).await.map_err(|e| {
+        anyhow::Error::from(e).context(format!(
+            "sweep {id} stopped: its results cannot be recorded (no report)"
+        ))
+    })?;
     let counts = db.counts(&id).await?;
     let records = db.records(&id).await?;
     let trials = anvil_report::summary::Trials::read(records.join("\n").as_bytes(), &id)
@@ -311,8 +365,26 @@ pub async fn worker(args: WorkerCmdArgs) -> Result<ExitCode> {
         stop.cancel();
     });
     let handler = Arc::new(AgentTrials::new(db.clone(), trial_options));
-    worker::run(db, handler, worker_options, shutdown).await?;
-    Ok(ExitCode::SUCCESS)
+    let watch = DbWatch::new(&location)?;
+    tokio::select! {
+        result = worker::run(db.clone(), handler, worker_options, shutdown.clone()) => {
+            result?;
+            Ok(ExitCode::SUCCESS)
+        }
+        e = lost(db, watch) => {
+            shutdown.cancel();
+            Err(e.context("worker stopped: results cannot be recorded"))
+        }
+    }
+}
+
+/// Why a running sweep's progress loop ended.
+enum Stop {
+    /// Every trial finished, or the workers stopped.
+    Finished,
+    Interrupted,
+    /// The queue database was lost.
+    Lost(anyhow::Error),
 }
 
 fn age(ms: i64) -> String {
@@ -339,7 +411,7 @@ fn counts_line(counts: &Counts) -> String {
 }
 
 pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode> {
-    let (db, location) = open(queue, 2).await?;
+    let (db, location) = open_existing(queue, 2).await?;
     println!("queue: {location}");
     println!("jobs waiting: {}", db.queue_depth().await?);
     match sweep {
@@ -427,7 +499,7 @@ pub async fn export(
 
 /// The JSONL trial records of a finished (or partly finished) sweep.
 pub async fn sweep_records(queue: Option<&str>, sweep: &str) -> Result<Vec<String>> {
-    let (db, location) = open(queue, 2).await?;
+    let (db, location) = open_existing(queue, 2).await?;
     if db.sweep(sweep).await?.is_none() {
         bail!("no sweep '{sweep}' in {location} (run `anvil-evals status` to list them)");
     }
@@ -435,7 +507,7 @@ pub async fn sweep_records(queue: Option<&str>, sweep: &str) -> Result<Vec<Strin
 }
 
 pub async fn cancel(queue: Option<&str>, sweep: &str) -> Result<ExitCode> {
-    let (db, _) = open(queue, 2).await?;
+    let (db, _) = open_existing(queue, 2).await?;
     let stopped = db.cancel_sweep(sweep).await?;
     eprintln!(
         "sweep {sweep} cancelled: {stopped} unfinished trials stopped (running ones end within a few seconds)"

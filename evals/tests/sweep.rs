@@ -476,9 +476,15 @@ async fn bad_input_enqueues_nothing() {
     }
     let out = output(s.command(&["run", "--tasks", "/nonexistent/*", "--models", "good"]));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    // Nothing was enqueued: the queue was never even made, and `status` says so.
+    let QueueLocation::Sqlite(path) = &s.queue else {
+        unreachable!("a SQLite queue")
+    };
+    assert!(!path.exists(), "{}", path.display());
     let out = output(s.command(&["status"]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("no sweeps yet"),
+        String::from_utf8_lossy(&out.stderr).contains("there is no queue database at"),
         "{}",
         text(&out)
     );

@@ -410,6 +410,25 @@ async fn passes_are_counted_from_the_verdict_column_not_the_record_text() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_queue_is_never_created_by_a_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nothing-here/q.db");
+    let location = QueueLocation::Sqlite(path.clone());
+    let err = Db::open_existing(&location, 2)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("no queue database at {}", path.display())),
+        "{err}"
+    );
+    assert!(!path.parent().unwrap().exists(), "nothing was created");
+    // Once made (by `run` or `worker`), readers open it.
+    Db::open(&location, 2).await.unwrap().close().await;
+    Db::open_existing(&location, 2).await.unwrap().close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trials_finished_before_the_pass_column_get_their_verdict() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = QueueLocation::Sqlite(dir.path().join("q.db"));

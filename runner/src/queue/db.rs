@@ -45,15 +45,58 @@ fn anvil_migrator(postgres: bool) -> Migrator {
 }
 
 impl Db {
-    /// Connects (creating a SQLite file and its directory when missing) and migrates.
+    /// Connects (creating a SQLite file and its directory when missing) and migrates. Only for
+    /// the commands that make a queue (`run`, `worker`); the others use [`Db::open_existing`].
     pub async fn open(location: &QueueLocation, max_connections: u32) -> Result<Db, QueueError> {
+        Self::connect(location, max_connections, true).await
+    }
+
+    /// Connects to a queue that must exist already, and migrates: a missing SQLite file is an
+    /// error naming its path, never a new empty queue.
+    pub async fn open_existing(
+        location: &QueueLocation,
+        max_connections: u32,
+    ) -> Result<Db, QueueError> {
+        if let QueueLocation::Sqlite(path) = location {
+            match std::fs::metadata(path) {
+                Ok(meta) if meta.is_file() => {}
+                Ok(_) => {
+                    return Err(QueueError::Open {
+                        location: location.to_string(),
+                        reason: "it is not a file".into(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(QueueError::Missing {
+                        location: location.to_string(),
+                    });
+                }
+                Err(e) => {
+                    return Err(QueueError::Open {
+                        location: location.to_string(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        Self::connect(location, max_connections, false).await
+    }
+
+    async fn connect(
+        location: &QueueLocation,
+        max_connections: u32,
+        create: bool,
+    ) -> Result<Db, QueueError> {
         let open_err = |reason: String| QueueError::Open {
             location: location.to_string(),
             reason,
         };
         match location {
             QueueLocation::Sqlite(path) => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                if let Some(dir) = path
+                    .parent()
+                    .filter(|d| create && !d.as_os_str().is_empty())
+                {
                     std::fs::create_dir_all(dir)
                         .map_err(|e| open_err(format!("cannot create {}: {e}", dir.display())))?;
                 }
@@ -62,7 +105,7 @@ impl Db {
                 let options = SqliteConnectOptions::from_str("sqlite://")
                     .map_err(|e| open_err(e.to_string()))?
                     .filename(path)
-                    .create_if_missing(true)
+                    .create_if_missing(create)
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(30))
@@ -137,6 +180,12 @@ impl Db {
                 .map_err(|e| migrate_err("anvil", e.to_string()))?;
         });
         Ok(())
+    }
+
+    /// One round trip to the database.
+    pub async fn ping(&self) -> Result<(), QueueError> {
+        on_pool!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()))
+            .map_err(QueueError::sql("asking the database"))
     }
 
     pub async fn close(&self) {

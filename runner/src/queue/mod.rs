@@ -15,6 +15,7 @@ pub(crate) mod job;
 mod location;
 mod store;
 pub mod testing;
+mod watch;
 
 pub use db::Db;
 pub(crate) use db::on_pool;
@@ -24,6 +25,7 @@ pub use location::{DEFAULT_FILE, QueueLocation};
 pub use store::{
     Counts, RunningTrial, SweepRow, SweepStart, TrialKey, TrialState, WorkerRow, now_ms,
 };
+pub use watch::{CHECK_TIMEOUT, DbWatch};
 
 /// What went wrong with the queue, said for the person who must act on it.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +34,13 @@ pub enum QueueError {
     Location { given: String, reason: String },
     #[error("cannot open the queue at {location}: {reason}")]
     Open { location: String, reason: String },
+    #[error(
+        "there is no queue database at {location} (`anvil-evals run` or `worker` creates it; \
+         give --queue to name another)"
+    )]
+    Missing { location: String },
+    #[error("the queue database at {location} was lost: {reason}")]
+    Lost { location: String, reason: String },
     #[error("cannot bring the {what} tables of the queue up to date: {reason}")]
     Migrate { what: String, reason: String },
     #[error("queue database: {context}: {source}")]
