@@ -278,6 +278,25 @@ mod tests {
     }
 
     #[test]
+    fn outcome_names_are_their_json_names() {
+        use HeadlessOutcome::*;
+        for o in [
+            Done,
+            MaxSteps,
+            MaxTokens,
+            Refused,
+            Cancelled,
+            ProtocolStopped,
+            Failed,
+        ] {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+        for o in [SetupOutcome::ConfigError, SetupOutcome::UsageError] {
+            assert_eq!(serde_json::to_value(o).unwrap(), o.as_str());
+        }
+    }
+
+    #[test]
     fn a_trial_config_round_trips_through_its_file() {
         let model = Registry::with_env(Config::built_in(), |_| None)
             .pin("sonnet")

@@ -32,19 +32,6 @@ pub fn code(outcome: &TurnOutcome) -> i32 {
     }
 }
 
-/// The outcome's name in JSON output (`jq .outcome`).
-pub fn name(outcome: &TurnOutcome) -> &'static str {
-    match outcome {
-        TurnOutcome::Done => "done",
-        TurnOutcome::MaxSteps => "max_steps",
-        TurnOutcome::MaxTokens => "max_tokens",
-        TurnOutcome::Refused => "refused",
-        TurnOutcome::Cancelled => "cancelled",
-        TurnOutcome::ProtocolStopped { .. } => "protocol_stopped",
-        TurnOutcome::Failed { .. } => "failed",
-    }
-}
-
 /// The exit-code table for `--help`.
 pub const TABLE: &str = "\
 Exit codes (headless mode):
