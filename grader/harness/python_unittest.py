@@ -7,9 +7,11 @@ argument (a socket the grader made for this run). The grader first sends one JSO
 the run's nonce, the expected tests and the source directories — and every line sent back
 carries that nonce. Standard output is the tests' own and decides nothing.
 
-Python runs isolated (-I: no PYTHONPATH, no user site, the script's directory not on the
-path); the source directories are added after the standard library, so the workspace cannot
-shadow `unittest` or any other standard module. Before each test and after it, the runner
+Python runs isolated and without the site module (-I -S: no PYTHONPATH, no user site, the
+script's directory not on the path, no .pth file or sitecustomize run at start); the source
+directories are added after the standard library and before the site-packages directories
+(added here as plain directories, their .pth files unread), so the workspace cannot shadow
+`unittest` or any other standard module. Before each test and after it, the runner
 checks that its own machinery (assertion methods, result, suite, loader and case classes,
 exit functions, import) is unchanged: a change is reported as a tamper finding.
 
@@ -207,13 +209,11 @@ def main():
             detail="shadows the standard or runner module '%s'" % name,
         )
 
-    # The sources go after the standard library, before site-packages.
-    at = len(sys.path)
-    for i, entry in enumerate(sys.path):
-        if "site-packages" in entry or "dist-packages" in entry:
-            at = i
-            break
-    sys.path[at:at] = list(sources)
+    # The sources go after the standard library, then site-packages (as plain directories).
+    import site
+
+    sys.path.extend(list(sources))
+    sys.path.extend(d for d in site.getsitepackages() if d not in sys.path)
 
     baseline = _snapshot()
     modules = {}

@@ -507,7 +507,12 @@ async fn run_python(
             .collect(),
     );
     let fd = spec.pass_fd(Arc::new(std::os::fd::OwnedFd::from(theirs)));
-    spec.args = vec!["-I".into(), harness.display().to_string(), fd.to_string()];
+    spec.args = vec![
+        "-I".into(),
+        "-S".into(),
+        harness.display().to_string(),
+        fd.to_string(),
+    ];
     ours.set_nonblocking(true)
         .map_err(|e| format!("cannot use the results channel: {e}"))?;
     let mut channel = tokio::net::UnixStream::from_std(ours)
