@@ -41,6 +41,9 @@ pub struct WorkerArgs {
     /// Seconds before the first retry of an infrastructure failure (doubling after).
     #[arg(long, default_value_t = 5.0)]
     pub backoff_secs: f64,
+    /// Grade without any sandbox, on a machine where none can work (each record says so).
+    #[arg(long)]
+    pub unsandboxed_grading: bool,
 }
 
 fn secs(value: f64, flag: &str) -> Result<Duration> {
@@ -89,7 +92,10 @@ impl WorkerArgs {
                 .clone()
                 .unwrap_or_else(|| std::env::temp_dir().join("anvil-trials")),
             keep_workspaces: self.keep_workspaces,
-            grade: GradeOptions::default(),
+            grade: GradeOptions {
+                unsandboxed: self.unsandboxed_grading,
+                keep_dir: false,
+            },
             env: std::env::vars().collect(),
             slack: Duration::from_secs(120),
         }
@@ -119,6 +125,7 @@ fn preflight(options: &TrialOptions) -> Result<()> {
             options.workspaces.display()
         )
     })?;
+    anvil_grader::grade::preflight(&options.grade).map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
 

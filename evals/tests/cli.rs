@@ -165,6 +165,23 @@ fn grading_fails_closed_without_a_sandbox() {
     let (code, v) = run(&["--unsandboxed-grading"]);
     assert_eq!((code, v["verdict"].as_str()), (0, Some("pass")), "{v}");
     assert_eq!(v["sandbox"], "none (--unsandboxed-grading)", "{v}");
+    // A worker on such a machine refuses to start, instead of failing every trial.
+    let anvil = Path::new(BIN).with_file_name("anvil");
+    let queue = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["worker", "--queue"])
+        .arg(queue.path().join("q.db"))
+        .arg("--anvil")
+        .arg(&anvil)
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("bubblewrap") && err.contains("--unsandboxed-grading"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -134,6 +134,24 @@ fn grading_sandbox(grading: &Path, hidden: Vec<PathBuf>) -> Sandbox {
     make(grading).with_probe(probed)
 }
 
+/// Whether this machine can grade: the sandbox works here (unless `opts.unsandboxed`).
+/// Returns what will confine checks; a worker calls it before taking a job, so a machine
+/// without a sandbox fails once, saying what to install, instead of failing every trial.
+pub fn preflight(opts: &GradeOptions) -> Result<String, String> {
+    if opts.unsandboxed {
+        return Ok("none (--unsandboxed-grading)".into());
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("anvil-grade-")
+        .tempdir()
+        .map_err(|e| format!("cannot create a grading directory: {e}"))?;
+    let sandbox = grading_sandbox(dir.path(), Vec::new());
+    sandbox.probe().map_err(|e| {
+        format!("cannot grade on this machine: {e} (or pass --unsandboxed-grading)")
+    })?;
+    Ok(sandbox.describe().to_string())
+}
+
 /// The host's Python and Rust toolchains, found once, from a neutral directory (so no
 /// workspace file — `.python-version`, `rust-toolchain.toml` — can choose them).
 #[derive(Debug, Clone)]
