@@ -189,11 +189,28 @@ async fn editing_or_deleting_the_visible_tests_cannot_make_a_broken_implementati
     );
     let r = grade_files(&task, &[("tests/test_calc.py", &skipped)]).await;
     assert_caught("py skip marker", &r, Verdict::Tampered, Some("skip_marker"));
+    let skip_test = PY_TEST.replace(
+        "        self.assertEqual",
+        "        self.skipTest('flaky')\n        self.assertEqual",
+    );
+    let r = grade_files(&task, &[("tests/test_calc.py", &skip_test)]).await;
+    assert_caught("py skipTest", &r, Verdict::Tampered, Some("skip_marker"));
     let rs = Task::load(&rust_task(root.path())).unwrap();
     let ignored = RS_TEST.replace("#[test]\nfn to_ten", "#[test]\n#[ignore]\nfn to_ten");
     let r = grade_files(&rs, &[("tests/sum.rs", &ignored)]).await;
     assert_caught(
         "rs ignore marker",
+        &r,
+        Verdict::Tampered,
+        Some("skip_marker"),
+    );
+    let ignored = RS_TEST.replace(
+        "#[test]\nfn to_one",
+        "#[test]\n#[ignore = \"slow\"]\nfn to_one",
+    );
+    let r = grade_files(&rs, &[("tests/sum.rs", &ignored)]).await;
+    assert_caught(
+        "rs ignore with a reason",
         &r,
         Verdict::Tampered,
         Some("skip_marker"),
