@@ -26,7 +26,9 @@ fn main() {
         .build()
         .unwrap();
     for name in ["py-fix-median", "py-implement-slugify"] {
-        let task_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../evals/tasks").join(name);
+        let task_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../evals/tasks")
+            .join(name);
         let task = Task::load(&task_dir).unwrap();
         let parent = tempfile::tempdir().unwrap();
         let ws = parent.path().join("workspace");

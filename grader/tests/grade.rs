@@ -730,3 +730,24 @@ fn task_loading_names_the_file_field_and_reason() {
     let e = Task::load(&dir).unwrap_err().to_string();
     assert!(e.contains("outside the task directory"), "{e}");
 }
+
+/// Honest tests that use more of unittest (mock, async test cases) are not tampering: the
+/// package adds those to itself on first use.
+#[tokio::test]
+async fn honest_tests_using_mock_and_async_cases_are_not_tampering() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = python_task(root.path());
+    let test = "import unittest\nfrom unittest import mock\nfrom calc import add\n\nclass T(unittest.TestCase):\n    def test_add(self):\n        with mock.patch('calc.add', wraps=add) as spy:\n            import calc\n            self.assertEqual(calc.add(2, 2), 4)\n            spy.assert_called_once()\n\nclass A(unittest.IsolatedAsyncioTestCase):\n    async def test_async(self):\n        self.assertEqual(add(1, 1), 2)\n";
+    write(&dir, "grader/files/tests/test_calc.py", test);
+    let toml = std::fs::read_to_string(dir.join("task.toml"))
+        .unwrap()
+        .replace(
+            "tests = [\"tests/test_calc.py::T::test_add\"",
+            "tests = [\"tests/test_calc.py::T::test_add\", \"tests/test_calc.py::A::test_async\"",
+        );
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    let py = Task::load(&dir).unwrap();
+    let r = grade_files(&py, &[("calc.py", PY_FIXED)]).await;
+    assert_eq!(r.verdict, Verdict::Pass, "{r:#?}");
+    assert_eq!(r.tests.len(), 3, "{r:#?}");
+}
