@@ -1,11 +1,14 @@
 //! The bubblewrap backend: a read-only view of the host, a private /tmp, new user, pid, ipc and
-//! uts namespaces (and network, unless allowed), its own session (no terminal injection), and it
-//! dies with its parent.
+//! uts namespaces (and network, unless allowed), its own session (no terminal injection), no
+//! capabilities, a non-root uid when anvil runs as root, and it dies with its parent.
 
 use std::path::{Path, PathBuf};
 
 use crate::process::ProcessSpec;
 use crate::sandbox::{Mounts, SandboxPolicy};
+
+/// The uid and gid sandboxed commands run as when anvil runs as root (`nobody`).
+pub const SANDBOX_UID: &str = "65534";
 
 /// Where `bwrap` is, if it is installed.
 pub fn find() -> Option<PathBuf> {
@@ -87,10 +90,25 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
         "--unshare-pid",
         "--unshare-ipc",
         "--unshare-uts",
+        // No capabilities inside, whoever runs anvil: as root, bubblewrap would otherwise keep
+        // them all, and a command could remount the read-only binds writable, unmount a mask
+        // or mount over the workspace's protected paths.
+        "--cap-drop",
+        "ALL",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if nix::unistd::geteuid().is_root() {
+        // Not root inside either: root maps to an unprivileged uid in the user namespace, so
+        // nothing in the sandbox runs with uid 0's exemptions (files stay owned by the caller
+        // on the host).
+        a.extend(
+            ["--uid", SANDBOX_UID, "--gid", SANDBOX_UID]
+                .iter()
+                .map(|s| s.to_string()),
+        );
+    }
     if mounts.view.is_empty() {
         a.extend(["--ro-bind".into(), "/".into(), "/".into()]);
     } else {
