@@ -306,17 +306,38 @@ async fn a_host_unix_datagram_socket_cannot_be_reached() {
     let path = b.outside.join("log.sock");
     let receiver = std::os::unix::net::UnixDatagram::bind(&path).unwrap();
     receiver.set_nonblocking(true).unwrap();
-    let out = run(
-        &b,
-        OFF,
-        &format!(
-            "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM); s.sendto(b'escaped', '{}'); print('DGRAM-SENT')\" 2>&1 || echo DGRAM-BLOCKED",
-            path.display()
-        ),
-    )
-    .await;
+    // Every AF_UNIX socket type (all 16 values of the type field) with every flag
+    // combination: the kernel turns SOCK_RAW into a datagram socket, and no allowlist may miss
+    // a value. Each created socket tries to send to the host's datagram socket.
+    let script = format!(
+        r#"import socket
+made = []
+for kind in range(16):
+    for flags in (0, socket.SOCK_NONBLOCK, socket.SOCK_CLOEXEC, socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC):
+        try:
+            s = socket.socket(socket.AF_UNIX, kind | flags)
+        except OSError:
+            continue
+        made.append((kind, int(flags)))
+        try:
+            s.sendto(b"escaped", "{path}")
+            print("DGRAM-SENT", kind, flags)
+        except OSError:
+            pass
+print("MADE", made)
+print("DGRAM-DONE")
+"#,
+        path = path.display()
+    );
+    std::fs::write(b.workspace.join("dgram.py"), script).unwrap();
+    let out = run(&b, OFF, "python3 dgram.py 2>&1").await;
     assert!(
-        out.contains("DGRAM-BLOCKED") && !out.contains("DGRAM-SENT"),
+        out.contains("DGRAM-DONE") && !out.contains("DGRAM-SENT"),
+        "{out}"
+    );
+    // Only stream sockets could be made at all.
+    assert!(
+        out.contains("MADE [(1, 0), (1, 2048), (1, 524288), (1, 526336)]"),
         "{out}"
     );
     let mut buf = [0u8; 64];

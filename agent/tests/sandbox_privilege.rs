@@ -1,7 +1,8 @@
 //! The sandbox holds against privileged operations, as root (CI runs as root, as do most
 //! containers) and as an unprivileged user (`setpriv --reuid=65534`): remounting the read-only
 //! host writable, unmounting a credential mask or the read-only `.git`, mounting a tmpfs,
-//! chroot, mknod, raising a capability, writing through /proc/sys. Each attempt prints a
+//! chroot, mknod, raising a capability, writing through /proc/sys, Unix datagram and raw
+//! sockets. Each attempt prints a
 //! marker only if it worked; every result is also checked from the host side.
 //!
 //! bubblewrap is required (scripts/test.sh installs it). The root case runs whenever the tests
@@ -74,6 +75,8 @@ fn attacks(s: &Scene) -> String {
         "echo 1 > /proc/sys/kernel/sysrq 2>/dev/null && echo ESCAPED:proc-sys".into(),
         "[ \"$(id -u)\" != 0 ] || echo ESCAPED:uid-0".into(),
         "unshare -U -r true 2>/dev/null && unshare -U -r mount -o remount,bind,rw / 2>/dev/null && echo ESCAPED:nested-userns".into(),
+        "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_RAW)' 2>/dev/null && echo ESCAPED:unix-raw-socket".into(),
+        "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)' 2>/dev/null && echo ESCAPED:unix-dgram-socket".into(),
         "echo DONE".into(),
     ]
     .join("; ")

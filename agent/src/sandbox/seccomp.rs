@@ -2,9 +2,11 @@
 //! reach host daemons over filesystem Unix sockets (Postgres, Docker, the session bus — verified
 //! on this machine), so the filter refuses, with EPERM:
 //! - `socket` for any family but AF_UNIX (no IP, netlink, packet sockets);
-//! - `socket(AF_UNIX, SOCK_DGRAM)`: an unconnected datagram socket needs no `connect` to reach
-//!   a host daemon — `sendto`/`sendmsg` name the address (`/dev/log`, `$NOTIFY_SOCKET`), and
-//!   seccomp cannot look inside `sendmsg`'s message — so such sockets are not created at all;
+//! - `socket(AF_UNIX, …)` of any type but `SOCK_STREAM` (an allowlist over the whole type
+//!   field): an unconnected datagram socket needs no `connect` to reach a host daemon —
+//!   `sendto`/`sendmsg` name the address (`/dev/log`, `$NOTIFY_SOCKET`), and seccomp cannot
+//!   look inside `sendmsg`'s message — and `SOCK_RAW`/`SOCK_SEQPACKET` lead to the same place,
+//!   so no such socket is created at all;
 //! - `connect`, `bind` and `listen` (no talking to a host daemon's socket, no servers);
 //! - io_uring, which can issue those operations without the syscalls above.
 //!
@@ -41,27 +43,31 @@ pub fn no_network_program() -> Result<BpfProgram, String> {
         .map_err(fail)?,
     ])
     .map_err(fail)?;
-    // The type argument carries SOCK_NONBLOCK / SOCK_CLOEXEC above the low type bits.
+    // An allowlist over the whole type field: the kernel reads the type as `type & 0xf` (the
+    // bits above carry SOCK_NONBLOCK / SOCK_CLOEXEC, anything else is EINVAL), so refusing
+    // every one of the 16 values but SOCK_STREAM leaves nothing else through — including
+    // SOCK_RAW, which the kernel quietly turns into a datagram socket for AF_UNIX.
     const SOCK_TYPE_MASK: u64 = 0xf;
-    let unix_datagram = SeccompRule::new(vec![
-        SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Eq,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(fail)?,
-        SeccompCondition::new(
-            1,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
-            libc::SOCK_DGRAM as u64,
-        )
-        .map_err(fail)?,
-    ])
-    .map_err(fail)?;
+    let mut socket_rules = vec![not_unix];
+    for kind in 0..=SOCK_TYPE_MASK {
+        if kind == libc::SOCK_STREAM as u64 {
+            continue;
+        }
+        socket_rules.push(
+            SeccompRule::new(vec![
+                SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+                    kind,
+                )
+                .map_err(fail)?,
+            ])
+            .map_err(fail)?,
+        );
+    }
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    rules.insert(libc::SYS_socket, vec![not_unix, unix_datagram]);
+    rules.insert(libc::SYS_socket, socket_rules);
     for always in [
         libc::SYS_connect,
         libc::SYS_bind,
