@@ -380,7 +380,7 @@ pub async fn worker(args: WorkerCmdArgs) -> Result<ExitCode> {
         }
         e = lost(db, watch) => {
             shutdown.cancel();
-            Err(e.context("worker stopped: results cannot be recorded"))
+            Err(e.context("worker stopped: its results cannot be recorded"))
         }
     }
 }

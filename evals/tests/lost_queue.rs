@@ -289,6 +289,51 @@ async fn a_dropped_postgres_database_stops_the_run() {
     assert_stopped(&home, &ended, &[url, "was lost"]);
 }
 
+/// `anvil-evals worker` (trials enqueued by `run --detach`) stops the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_sqlite_database_stops_a_worker() {
+    let server = support::model_server(Duration::from_secs(600)).await;
+    let home = Home::new(&server);
+    let db = home.sqlite();
+    let queue = db.display().to_string();
+    let tasks = home.tasks.join("*").display().to_string();
+    let out = home
+        .command(
+            &queue,
+            &[
+                "run", "--tasks", &tasks, "--models", "good", "--trials", "1", "--detach",
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let worker = home
+        .command(&queue, &["worker", "--heartbeat-secs", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let worker = a_trial_is_running(&server, Run(worker)).await;
+    std::fs::remove_file(&db).unwrap();
+    let deleted = Instant::now();
+    let (status, _, stderr) = worker.wait(LIMIT);
+    assert!(deleted.elapsed() < LIMIT);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("worker stopped: its results cannot be recorded")
+            && stderr.contains(&format!("{queue} is missing: it was deleted")),
+        "{stderr}"
+    );
+    let started = Instant::now();
+    while agents_running_under(home.dir.path()) > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the worker's agents are still running"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readers_never_create_a_missing_queue() {
     let server = MockServer::start().await;

@@ -371,7 +371,7 @@ async fn passes_are_counted_from_the_verdict_column_not_the_record_text() {
     with_each_db("passcol", |db| async move {
         let keys = sweep_with(&db, "s6", &["t"], 4, 3).await;
         let passed = record(&keys[0], 1, true, None);
-        // A fail whose record mentions `"pass":true` in its text.
+        // A fail, whatever its strings say: the column is the verdict, not a search of the text.
         let mut failed = record(&keys[1], 1, false, None);
         failed.session_path = Some(r#"/tmp/ws-"pass":true"#.into());
         // A tampered trial never counts as a pass, whatever its `pass` says.

@@ -105,11 +105,26 @@ impl Db {
                 let options = SqliteConnectOptions::from_str("sqlite://")
                     .map_err(|e| open_err(e.to_string()))?
                     .filename(path)
-                    .create_if_missing(create)
+                    .create_if_missing(false)
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(30))
                     .foreign_keys(false);
+                // The file is created here, once. The pool's connections never create it: one
+                // opened after the file was deleted would quietly start an empty queue at the
+                // same path.
+                if create && !path.exists() {
+                    use sqlx::ConnectOptions;
+                    let conn = options
+                        .clone()
+                        .create_if_missing(true)
+                        .connect()
+                        .await
+                        .map_err(|e| open_err(e.to_string()))?;
+                    sqlx::Connection::close(conn)
+                        .await
+                        .map_err(|e| open_err(e.to_string()))?;
+                }
                 let pool = SqlitePoolOptions::new()
                     .max_connections(max_connections.max(2))
                     .connect_with(options)
