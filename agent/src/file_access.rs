@@ -46,6 +46,18 @@ const CREDENTIAL_GLOBS: &[&str] = &[
     "**/.pypirc",
     "**/.aws/credentials",
     "**/.docker/config.json",
+    "**/.envrc",
+    "**/*.p12",
+    "**/*.pfx",
+    "**/service-account*.json",
+    "**/credentials.json",
+    "**/.pgpass",
+    "**/.vault-token",
+    "**/.kube/config",
+    // SSH keys by their names: a bare `id_*` would refuse source files like `id_map.rs`.
+    "**/id_ecdsa_sk*",
+    "**/id_ed25519_sk*",
+    "**/identity",
 ];
 
 /// `.env` templates are documentation, not credentials.
@@ -369,6 +381,10 @@ mod tests {
         for name in [
             ".env",
             ".env.production",
+            ".envrc",
+            "cert.p12",
+            "service-account-prod.json",
+            "credentials.json",
             "server.pem",
             "id_ed25519",
             ".netrc",

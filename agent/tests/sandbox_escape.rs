@@ -131,6 +131,49 @@ async fn credentials_under_home_cannot_be_read_or_copied() {
     assert!(!stolen.contains(SECRET));
 }
 
+/// Masks come from the directories credentials really live in: shell histories and tokens
+/// under HOME, and configuration kept outside HOME through XDG_CONFIG_HOME / XDG_DATA_HOME.
+#[tokio::test]
+async fn credentials_outside_home_and_histories_are_hidden() {
+    let b = setup();
+    let xdg = b.outside.join("xdg-config");
+    let data = b.outside.join("xdg-data");
+    for (path, body) in [
+        (xdg.join("anvil/config.toml"), SECRET),
+        (xdg.join("gh/hosts.yml"), SECRET),
+        (xdg.join("git/credentials"), SECRET),
+        (data.join("anvil/anvil.db"), SECRET),
+        (b.home.join(".bash_history"), SECRET),
+        (b.home.join(".pgpass"), SECRET),
+        (b.home.join(".vault-token"), SECRET),
+        (b.home.join(".claude/credentials.json"), SECRET),
+        (b.home.join(".codex/auth.json"), SECRET),
+        (b.home.join(".kube/config"), SECRET),
+        (b.home.join(".docker/config.json"), SECRET),
+    ] {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, body).unwrap();
+    }
+    let dirs = anvil_agent::sandbox::credentials::CredentialDirs::for_home(
+        Some(b.home.clone()),
+        Some(xdg.clone().into()),
+        Some(data.clone().into()),
+    );
+    let sandbox = Sandbox::new(OFF, &b.workspace).with_credential_dirs(dirs);
+    let (out, _) = run_in(
+        &b,
+        sandbox,
+        &format!(
+            "cat {x}/anvil/config.toml {x}/gh/hosts.yml {x}/git/credentials {d}/anvil/anvil.db ~/.bash_history ~/.pgpass ~/.vault-token ~/.claude/credentials.json ~/.codex/auth.json ~/.kube/config ~/.docker/config.json; grep -r FAKE {x} {d} ~ 2>/dev/null; echo SCANNED",
+            x = xdg.display(),
+            d = data.display()
+        ),
+    )
+    .await;
+    assert!(out.contains("SCANNED"), "{out}");
+    assert!(!out.contains(SECRET), "{out}");
+}
+
 #[tokio::test]
 async fn symlinks_and_hard_links_do_not_get_around_the_policy() {
     let b = setup();

@@ -6,6 +6,7 @@
 //! a Seatbelt profile ([`seatbelt`]), generated and golden-tested; not yet selected at run time.
 
 pub mod bwrap;
+pub mod credentials;
 pub mod seatbelt;
 pub mod seccomp;
 
@@ -131,26 +132,6 @@ impl Drop for SandboxGuard {
     }
 }
 
-/// Credential stores under HOME that sandboxed code must not read.
-pub const CREDENTIAL_PATHS: &[&str] = &[
-    ".ssh",
-    ".aws",
-    ".gnupg",
-    ".config/gh",
-    ".config/gcloud",
-    ".azure",
-    ".kube",
-    ".docker",
-    ".netrc",
-    ".git-credentials",
-    ".npmrc",
-    ".pypirc",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".config/anvil",
-    ".local/share/anvil",
-];
-
 /// Why a sandboxed command could not run. Nothing ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SandboxError {
@@ -202,7 +183,7 @@ impl Backend {
 pub struct Sandbox {
     policy: SandboxPolicy,
     workspace: PathBuf,
-    home: Option<PathBuf>,
+    credentials: credentials::CredentialDirs,
     view: View,
     hidden: Vec<PathBuf>,
     backend: Backend,
@@ -216,7 +197,7 @@ impl Sandbox {
         Self {
             policy,
             workspace: workspace.into(),
-            home: std::env::var_os("HOME").map(PathBuf::from),
+            credentials: credentials::CredentialDirs::from_env(),
             view: View::Host,
             hidden: Vec::new(),
             backend: Backend::detect(),
@@ -224,9 +205,27 @@ impl Sandbox {
         }
     }
 
-    /// Masks credentials under this directory instead of HOME.
+    /// Masks credentials under this directory instead of HOME (its `.config`,
+    /// `.local/share` and `Library/Application Support` included; XDG directories set
+    /// elsewhere stay masked).
     pub fn with_home(mut self, home: impl Into<PathBuf>) -> Self {
-        self.home = Some(home.into());
+        let env = credentials::CredentialDirs::from_env();
+        let outside_home = |dirs: &[PathBuf]| -> Vec<PathBuf> {
+            dirs.iter()
+                .filter(|d| env.home.as_ref().is_none_or(|h| !d.starts_with(h)))
+                .cloned()
+                .collect()
+        };
+        let mut dirs = credentials::CredentialDirs::for_home(Some(home.into()), None, None);
+        dirs.config.extend(outside_home(&env.config));
+        dirs.data.extend(outside_home(&env.data));
+        self.credentials = dirs;
+        self
+    }
+
+    /// Masks the credentials found in these directories.
+    pub fn with_credential_dirs(mut self, dirs: credentials::CredentialDirs) -> Self {
+        self.credentials = dirs;
         self
     }
 
@@ -294,14 +293,7 @@ impl Sandbox {
         } else if self.workspace.starts_with("/tmp") {
             m.read_only.push(self.workspace.clone());
         }
-        if let Some(home) = &self.home {
-            for p in CREDENTIAL_PATHS {
-                let path = home.join(p);
-                if path.symlink_metadata().is_ok() {
-                    m.masked.push(path);
-                }
-            }
-        }
+        m.masked.extend(self.credentials.existing());
         m.masked.extend(
             self.hidden
                 .iter()

@@ -60,7 +60,9 @@ impl TypedTool for Bash {
          beginning and end. The default timeout is 2 minutes (timeout_ms, at most 10 minutes); \
          a non-zero exit code is reported, not treated as a failure of the tool. It runs in a \
          sandbox: it can write only inside the workspace (not .git or .anvil), has no network \
-         unless the user allowed it, and cannot see credentials or API keys."
+         unless the user allowed it, and cannot see the credential stores outside the workspace \
+         (~/.ssh, cloud and registry tokens) or anvil's API keys. Files inside the workspace, \
+         .env included, are visible to commands."
     }
 
     fn permission_subject(&self, args: &serde_json::Value) -> Option<String> {
