@@ -7,13 +7,15 @@
 //!   and may have been written by anyone.
 //!
 //! Keys split by what they can do (build guide 06.B):
-//! - *instruction* keys (`default_model`, `[models.*]`) only choose among what is already
-//!   configured; a project's value wins over the user's;
-//! - *trusted runtime* keys (`[providers.*]`: endpoints and credentials) decide where
-//!   credentials are sent. From a project they apply only after the user granted trust to that
-//!   exact content ([`TrustStore`]); until then they are listed in [`Config::ignored`] and do
-//!   nothing. Even a trusted project can never send a credential to a host other than the one
-//!   the user (or anvil's built-ins) approved for it ([`Config::check_credential_origins`]).
+//! - *instruction* keys (`default_model`, `[models.*]` but their `pricing`) only choose among
+//!   what is already configured; a project's value wins over the user's;
+//! - *trusted runtime* keys decide where credentials are sent (`[providers.*]`: endpoints and
+//!   credentials) or what a cost cap and a report mean (`[models.*].pricing`). From a project
+//!   they apply only after the user granted trust to that exact content ([`TrustStore`]);
+//!   until then they are listed in [`Config::ignored`] and do nothing: an untrusted project's
+//!   model is priced from the user config or anvil's built-in table (the entry for the same
+//!   provider and model id), or not at all. Even a trusted project can never send a credential
+//!   to a host other than the one the user (or anvil's built-ins) approved for it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -223,9 +225,20 @@ impl ConfigFile {
 
     /// The digest of this file's trusted runtime keys: a trust grant covers exactly this.
     pub fn trusted_digest(&self) -> String {
-        // Endpoints, credentials and permission expansions (allow rules) need trust.
-        let canonical =
-            serde_json::to_string(&(&self.providers, &self.permissions.allow)).unwrap_or_default();
+        // Endpoints, credentials, permission expansions (allow rules) and pricing need trust.
+        let pricing: BTreeMap<&String, &Pricing> = self
+            .models
+            .iter()
+            .filter_map(|(alias, m)| m.pricing.as_ref().map(|p| (alias, p)))
+            .collect();
+        // Without pricing the digest is what it was before pricing needed trust, so grants
+        // made then still hold.
+        let canonical = if pricing.is_empty() {
+            serde_json::to_string(&(&self.providers, &self.permissions.allow))
+        } else {
+            serde_json::to_string(&(&self.providers, &self.permissions.allow, &pricing))
+        }
+        .unwrap_or_default();
         hex(&Sha256::digest(canonical.as_bytes()))
     }
 }
@@ -271,7 +284,8 @@ pub struct Config {
     pub models: BTreeMap<String, ModelConfig>,
     /// `"providers.NAME"`, `"models.ALIAS"`, `"default_model"` → where it came from.
     pub sources: BTreeMap<String, ConfigSource>,
-    /// Project keys that were listed but not applied (untrusted endpoints and credentials).
+    /// Project keys that were listed but not applied (untrusted endpoints, credentials, allow
+    /// rules and pricing).
     pub ignored: Vec<IgnoredKey>,
     /// Permission rules: the user's, then the project's deny and ask rules (restrictions apply
     /// untrusted) and, once the project is trusted, its allow rules.
@@ -471,9 +485,47 @@ impl Config {
                             .into(),
                 });
             }
-            c.apply_instructions(file.default_model, file.models, &source);
+            let models = c.price_project_models(file.models, &path, project_trusted);
+            c.apply_instructions(file.default_model, models, &source);
         }
         Ok(c)
+    }
+
+    /// A project's models with the pricing they may have: their own once the project is
+    /// trusted; otherwise (and where a trusted project gives none) what the built-ins and the
+    /// user config say for the same provider and model id, or unknown. A repository must not
+    /// make a model look cheap to a cost cap or a report.
+    fn price_project_models(
+        &mut self,
+        models: BTreeMap<String, ModelConfig>,
+        path: &Path,
+        trusted: bool,
+    ) -> BTreeMap<String, ModelConfig> {
+        models
+            .into_iter()
+            .map(|(alias, mut m)| {
+                if !trusted && m.pricing.take().is_some() {
+                    self.ignored.push(IgnoredKey {
+                        key: format!("models.{alias}.pricing"),
+                        path: path.to_path_buf(),
+                        reason: "pricing in a project config decides what cost caps and reports mean and needs a trust grant; it comes from your user config or anvil's built-in table".into(),
+                    });
+                }
+                if m.pricing.is_none() {
+                    m.pricing = self.trusted_pricing(&m.provider, &m.model);
+                }
+                (alias, m)
+            })
+            .collect()
+    }
+
+    /// The pricing the configuration merged so far (built-ins and user, before any project
+    /// model is applied) gives `provider`'s `model`, if any entry names that pair.
+    fn trusted_pricing(&self, provider: &str, model: &str) -> Option<Pricing> {
+        self.models
+            .values()
+            .filter(|m| m.provider == provider && m.model == model)
+            .find_map(|m| m.pricing)
     }
 
     fn apply_instructions(
@@ -722,6 +774,60 @@ model = "qwen3:8b"
         assert_eq!(c.sources["providers.anthropic"], ConfigSource::BuiltIn);
         assert_eq!(c.ignored.len(), 1);
         assert_eq!(c.ignored[0].key, "providers.anthropic");
+    }
+
+    #[test]
+    fn an_untrusted_project_cannot_set_pricing() {
+        let user = file(EXAMPLE);
+        let project = file(
+            "[models.sonnet]\nprovider = \"anthropic\"\nmodel = \"claude-sonnet-4-5\"\npricing = { input = 0.0, output = 0.0 }\n\n\
+             [models.local]\nprovider = \"ollama\"\nmodel = \"qwen3:8b\"\npricing = { input = 0.01, output = 0.01 }\n\n\
+             [models.cheap]\nprovider = \"anthropic\"\nmodel = \"claude-haiku-4-5\"\npricing = { input = 0.0, output = 0.0 }\n\n\
+             [models.opus]\nprovider = \"anthropic\"\nmodel = \"claude-opus-4-1\"\npricing = { input = 0.0, output = 0.0 }\n",
+        );
+        let merge = |trusted| {
+            Config::merge(
+                Some(("u.toml".into(), user.clone())),
+                Some(("p.toml".into(), project.clone())),
+                trusted,
+            )
+            .unwrap()
+        };
+        let c = merge(false);
+        let price = |c: &Config, alias: &str| c.models[alias].pricing.map(|p| (p.input, p.output));
+        // The user's price for the same model, the built-in table's, or unknown: never the
+        // repository's.
+        assert_eq!(price(&c, "sonnet"), Some((3.0, 15.0)));
+        assert_eq!(price(&c, "cheap"), Some((1.0, 5.0)));
+        assert_eq!(price(&c, "local"), None);
+        assert_eq!(price(&c, "opus"), None);
+        // The models themselves are instructions and apply.
+        assert_eq!(c.models["opus"].model, "claude-opus-4-1");
+        let ignored: Vec<&str> = c.ignored.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(
+            ignored,
+            [
+                "models.cheap.pricing",
+                "models.local.pricing",
+                "models.opus.pricing",
+                "models.sonnet.pricing"
+            ]
+        );
+        // Once trusted, the project's pricing applies, and the grant covers it.
+        let trusted = merge(true);
+        assert_eq!(price(&trusted, "sonnet"), Some((0.0, 0.0)));
+        assert_eq!(price(&trusted, "local"), Some((0.01, 0.01)));
+        assert!(trusted.ignored.is_empty());
+        let mut repriced = project.clone();
+        repriced.models.get_mut("local").unwrap().pricing = None;
+        assert_ne!(repriced.trusted_digest(), project.trusted_digest());
+        // A project without pricing keeps the digest it had before pricing needed trust.
+        let plain = file("[models.x]\nprovider = \"ollama\"\nmodel = \"m\"\n");
+        let before = serde_json::to_string(&(&plain.providers, &plain.permissions.allow)).unwrap();
+        assert_eq!(
+            plain.trusted_digest(),
+            hex(&Sha256::digest(before.as_bytes()))
+        );
     }
 
     #[test]
