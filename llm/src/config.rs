@@ -52,7 +52,16 @@ pub struct ProviderConfig {
     /// other servers may reject fields they do not know.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_cache_key: Option<bool>,
+    /// The longest one model request may take in all, from sending it to the end of the
+    /// response, in seconds (default [`DEFAULT_REQUEST_DEADLINE_SECS`]). Unlike the idle
+    /// deadline, keepalive comments and empty deltas do not reset it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_deadline_secs: Option<u64>,
 }
+
+/// A model request's total deadline when config says nothing: 10 minutes, room for a long
+/// response with extended reasoning.
+pub const DEFAULT_REQUEST_DEADLINE_SECS: u64 = 600;
 
 impl ProviderConfig {
     /// The capability table entry for this provider, with its overrides applied.
@@ -326,6 +335,7 @@ impl Config {
             schema_dialect: None,
             images: None,
             prompt_cache_key: None,
+            request_deadline_secs: None,
         };
         for (name, p) in [
             (

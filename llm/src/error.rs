@@ -34,6 +34,20 @@ pub enum LlmError {
         idle.as_secs_f64()
     )]
     Stalled { idle: Duration },
+    /// The request ran past its total deadline (`request_deadline_secs`), however lively the
+    /// stream: keepalives and empty deltas do not extend it. Closed on our side, as for
+    /// [`LlmError::Stalled`].
+    #[error(
+        "the provider's response was not complete within the request deadline of {}s (request_deadline_secs); anvil closed the stream (the provider may still bill for the response)",
+        deadline.as_secs_f64()
+    )]
+    DeadlineExceeded { deadline: Duration },
+    /// The response grew past anvil's cap on one response; the stream was closed and the
+    /// partial response dropped.
+    #[error(
+        "the provider's response exceeded {limit} bytes of {what}, anvil's cap on one response; anvil closed the stream (a runaway or misbehaving server; the provider may still bill for the response)"
+    )]
+    ResponseTooLarge { limit: u64, what: &'static str },
     /// Configuration is missing or wrong; the message says what to change.
     #[error("{0}")]
     Config(String),
@@ -53,7 +67,11 @@ impl LlmError {
                 kind.as_str(),
                 "overloaded_error" | "rate_limit_error" | "server_error" | "api_error"
             ),
-            LlmError::Stalled { .. } => true,
+            // Retried only before the stream starts, and only within the retry policy's own
+            // total budget (`Retry`), which a whole request deadline usually exhausts.
+            LlmError::Stalled { .. } | LlmError::DeadlineExceeded { .. } => true,
+            // The same request would flood again.
+            LlmError::ResponseTooLarge { .. } => false,
             LlmError::Decode(_) | LlmError::UnexpectedEof | LlmError::Config(_) => false,
         }
     }
@@ -67,6 +85,8 @@ impl LlmError {
             LlmError::Decode(_) => "decode".into(),
             LlmError::UnexpectedEof => "unexpected_eof".into(),
             LlmError::Stalled { .. } => "stalled".into(),
+            LlmError::DeadlineExceeded { .. } => "deadline_exceeded".into(),
+            LlmError::ResponseTooLarge { .. } => "response_too_large".into(),
             LlmError::Config(_) => "config".into(),
         }
     }

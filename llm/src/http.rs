@@ -1,12 +1,16 @@
 //! The thin I/O wrapper every adapter shares: send a request, check the status, and feed the
-//! body through the SSE decoder and the adapter's [`StreamState`] under an idle deadline.
+//! body through the SSE decoder and the adapter's [`StreamState`] under an idle deadline, a
+//! total deadline and a size cap.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use tokio::time::Instant;
 
+use crate::cap::{DEFAULT_MAX_RESPONSE_BYTES, ResponseCap};
 use crate::capability::Capabilities;
+use crate::config::DEFAULT_REQUEST_DEADLINE_SECS;
 use crate::error::{LlmError, check_status};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::EventStream;
@@ -21,6 +25,12 @@ pub struct HttpOptions {
     pub response_timeout: Duration,
     /// The longest silence allowed between two body chunks.
     pub idle_timeout: Duration,
+    /// The longest the whole request may take, from sending it to the end of the body. Nothing
+    /// the server sends extends it: a keepalive comment or an empty delta every second keeps
+    /// the idle deadline at bay, never this one.
+    pub request_deadline: Duration,
+    /// The most one response may hold (see [`ResponseCap`]).
+    pub max_response_bytes: usize,
     pub sse_limits: SseLimits,
 }
 
@@ -30,6 +40,8 @@ impl Default for HttpOptions {
             connect_timeout: Duration::from_secs(10),
             response_timeout: Duration::from_secs(300),
             idle_timeout: Duration::from_secs(120),
+            request_deadline: Duration::from_secs(DEFAULT_REQUEST_DEADLINE_SECS),
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             sse_limits: SseLimits::default(),
         }
     }
@@ -133,53 +145,87 @@ pub(crate) async fn send_streaming(
     state: Box<dyn StreamState>,
     options: &HttpOptions,
 ) -> Result<EventStream, LlmError> {
-    let response = match tokio::time::timeout(options.response_timeout, request.send()).await {
-        Ok(sent) => sent?,
-        Err(_) => {
-            return Err(LlmError::Stalled {
+    let started = Instant::now();
+    // Waiting for the headers counts against the request deadline as well.
+    let (wait, error) = if options.request_deadline <= options.response_timeout {
+        (
+            options.request_deadline,
+            LlmError::DeadlineExceeded {
+                deadline: options.request_deadline,
+            },
+        )
+    } else {
+        (
+            options.response_timeout,
+            LlmError::Stalled {
                 idle: options.response_timeout,
-            });
-        }
+            },
+        )
+    };
+    let response = match tokio::time::timeout(wait, request.send()).await {
+        Ok(sent) => sent?,
+        Err(_) => return Err(error),
     };
     let response = check_status(response).await?;
     Ok(decode_stream(
         response.bytes_stream(),
         state,
-        options.sse_limits,
-        options.idle_timeout,
+        options,
+        started,
     ))
 }
 
-/// Decodes a response body into canonical events. A body silent for `idle` ends with
-/// [`LlmError::Stalled`]: the connection is dropped on our side, and nothing is claimed about
-/// whether the provider finished (or billed) the response.
+/// Decodes a response body into canonical events, under `options`' limits:
+/// - a body silent for the idle timeout ends with [`LlmError::Stalled`];
+/// - a response not complete by `started + request_deadline` ends with
+///   [`LlmError::DeadlineExceeded`], however much it is still sending;
+/// - a response past `max_response_bytes` ends with [`LlmError::ResponseTooLarge`].
+///
+/// In each case the connection is dropped on our side, and nothing is claimed about whether the
+/// provider finished (or billed) the response.
 pub fn decode_stream<S, E>(
     body: S,
     mut state: Box<dyn StreamState>,
-    limits: SseLimits,
-    idle: Duration,
+    options: &HttpOptions,
+    started: Instant,
 ) -> EventStream
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: Into<LlmError> + Send + 'static,
 {
+    let idle = options.idle_timeout;
+    let request_deadline = options.request_deadline;
+    let deadline = started + request_deadline;
+    let limits = options.sse_limits;
+    let mut cap = ResponseCap::new(options.max_response_bytes);
     Box::pin(async_stream::try_stream! {
         let mut body = std::pin::pin!(body);
         let mut decoder = SseDecoder::new(limits);
         let mut out = Vec::new();
+        let past_deadline = || LlmError::DeadlineExceeded { deadline: request_deadline };
         loop {
-            let chunk = match tokio::time::timeout(idle, body.next()).await {
+            // A body that is always ready never meets a timer: check the clock as well.
+            let now = Instant::now();
+            if now >= deadline {
+                Err(past_deadline())?;
+            }
+            let idle_until = now + idle;
+            let chunk = match tokio::time::timeout_at(idle_until.min(deadline), body.next()).await {
                 Ok(Some(chunk)) => chunk.map_err(Into::into)?,
                 Ok(None) => break,
+                Err(_) if deadline <= idle_until => Err(past_deadline())?,
                 Err(_) => Err(LlmError::Stalled { idle })?,
             };
+            cap.wire(chunk.len())?;
             decoder.feed(&chunk, &mut |event| state.on_sse(event, &mut out))?;
             for event in out.drain(..) {
+                cap.admit(&event)?;
                 yield event;
             }
         }
         state.on_end(&mut out)?;
         for event in out.drain(..) {
+            cap.admit(&event)?;
             yield event;
         }
     })
@@ -195,6 +241,87 @@ mod tests {
         Ok(Bytes::from_static(s.as_bytes()))
     }
 
+    fn idle(secs: u64) -> HttpOptions {
+        HttpOptions {
+            idle_timeout: Duration::from_secs(secs),
+            ..HttpOptions::default()
+        }
+    }
+
+    const PING: &str = ": ping\n\n";
+    const EMPTY_DELTA: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{}}]}\n\n";
+
+    #[tokio::test(start_paused = true)]
+    async fn keepalives_and_empty_deltas_do_not_extend_the_request_deadline() {
+        let body = async_stream::stream! {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                yield chunk(PING);
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                yield chunk(EMPTY_DELTA);
+            }
+        };
+        let options = HttpOptions {
+            request_deadline: Duration::from_secs(60),
+            ..idle(30)
+        };
+        let started = Instant::now();
+        let stream = decode_stream(body, Protocol::OpenaiChat.new_state(), &options, started);
+        let err = crate::builder::collect(stream).await.unwrap_err();
+        assert!(
+            matches!(err, LlmError::DeadlineExceeded { deadline } if deadline == Duration::from_secs(60)),
+            "{err}"
+        );
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_is_always_ready_still_meets_the_deadline() {
+        let body = async_stream::stream! {
+            loop {
+                // No timer ever waits: only the clock can end this.
+                tokio::time::advance(Duration::from_millis(10)).await;
+                yield chunk(PING);
+            }
+        };
+        let options = HttpOptions {
+            request_deadline: Duration::from_secs(5),
+            ..idle(30)
+        };
+        let stream = decode_stream(
+            body,
+            Protocol::OpenaiChat.new_state(),
+            &options,
+            Instant::now(),
+        );
+        let err = crate::builder::collect(stream).await.unwrap_err();
+        assert!(matches!(err, LlmError::DeadlineExceeded { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_response_past_the_cap_ends_with_a_clear_error() {
+        let body = futures::stream::iter(std::iter::repeat_with(|| {
+            chunk(
+                "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"0123456789abcdef\"}}]}\n\n",
+            )
+        }));
+        let options = HttpOptions {
+            max_response_bytes: 1000,
+            ..idle(30)
+        };
+        let stream = decode_stream(
+            body,
+            Protocol::OpenaiChat.new_state(),
+            &options,
+            Instant::now(),
+        );
+        let err = crate::builder::collect(stream).await.unwrap_err();
+        assert!(
+            matches!(err, LlmError::ResponseTooLarge { limit: 1000, .. }),
+            "{err}"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_stalled_body_ends_at_the_idle_deadline() {
         let body = futures::stream::iter([chunk(
@@ -203,7 +330,7 @@ mod tests {
         .chain(futures::stream::pending());
         let state = Protocol::Anthropic.new_state();
         let started = tokio::time::Instant::now();
-        let mut events = decode_stream(body, state, SseLimits::default(), Duration::from_secs(30));
+        let mut events = decode_stream(body, state, &idle(30), Instant::now());
         assert_eq!(
             events.next().await.unwrap().unwrap(),
             StreamEvent::TextDelta {
@@ -227,7 +354,7 @@ mod tests {
             yield chunk("data: [DONE]\n\n");
         };
         let state = Protocol::OpenaiChat.new_state();
-        let stream = decode_stream(body, state, SseLimits::default(), Duration::from_secs(30));
+        let stream = decode_stream(body, state, &idle(30), Instant::now());
         let c = crate::builder::collect(stream).await.unwrap();
         assert_eq!(c.message.text(), "xxxxx");
     }
@@ -235,12 +362,15 @@ mod tests {
     #[tokio::test]
     async fn an_oversized_line_ends_the_stream_with_a_decode_error() {
         let body = futures::stream::iter([chunk("data: 0123456789abcdef0123456789")]);
-        let limits = SseLimits {
-            max_line: 16,
-            max_event: 64,
+        let options = HttpOptions {
+            sse_limits: SseLimits {
+                max_line: 16,
+                max_event: 64,
+            },
+            ..idle(1)
         };
         let state = Protocol::OpenaiChat.new_state();
-        let mut events = decode_stream(body, state, limits, Duration::from_secs(1));
+        let mut events = decode_stream(body, state, &options, Instant::now());
         assert!(matches!(
             events.next().await.unwrap(),
             Err(LlmError::Decode(m)) if m.contains("16 bytes")

@@ -7,6 +7,8 @@
 
 /// MessageBuilder, Completion and `collect`.
 pub mod builder;
+/// The cap on one response's size.
+pub mod cap;
 /// What each target can take (images, schema dialect, signed reasoning, limits).
 pub mod capability;
 /// Config files, trust, and where they live.

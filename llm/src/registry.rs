@@ -5,13 +5,17 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::capability::{Capabilities, SchemaDialect};
-use crate::config::{Config, ModelConfig, Pricing, ProviderConfig, hex};
+use crate::config::{
+    Config, DEFAULT_REQUEST_DEADLINE_SECS, ModelConfig, Pricing, ProviderConfig, hex,
+};
 use crate::error::LlmError;
+use crate::http::HttpOptions;
 use crate::protocol::Protocol;
 use crate::provider::Provider;
 use crate::providers::anthropic::Anthropic;
@@ -91,6 +95,15 @@ pub struct PinnedProvider {
     pub schema_dialect: SchemaDialect,
     pub images: bool,
     pub prompt_cache_key: bool,
+    /// The total deadline of one model request, in seconds. Pins made before it existed read
+    /// as the default (their digest then no longer matches, so a sweep started with one is not
+    /// resumed as if nothing had changed).
+    #[serde(default = "default_request_deadline_secs")]
+    pub request_deadline_secs: u64,
+}
+
+fn default_request_deadline_secs() -> u64 {
+    DEFAULT_REQUEST_DEADLINE_SECS
 }
 
 impl PinnedModel {
@@ -127,6 +140,7 @@ impl PinnedModel {
             schema_dialect: Some(p.schema_dialect),
             images: Some(p.images),
             prompt_cache_key: Some(p.prompt_cache_key),
+            request_deadline_secs: Some(p.request_deadline_secs),
         };
         let model = ModelConfig {
             provider: p.name.clone(),
@@ -270,6 +284,14 @@ impl Registry {
                 provider_config.kind.as_str()
             )));
         }
+        let request_deadline_secs = provider_config
+            .request_deadline_secs
+            .unwrap_or(DEFAULT_REQUEST_DEADLINE_SECS);
+        if request_deadline_secs == 0 {
+            return Err(LlmError::Config(format!(
+                "provider '{provider_name}': request_deadline_secs must be at least 1"
+            )));
+        }
         let base_url = provider_config.effective_base_url();
         let capabilities = provider_config.capabilities();
         let max_tokens_field = match provider_config.kind {
@@ -291,6 +313,7 @@ impl Registry {
                 schema_dialect: capabilities.schema,
                 images: capabilities.images,
                 prompt_cache_key: provider_config.sends_prompt_cache_key(),
+                request_deadline_secs,
             },
             model: model_config.model,
             context_window: model_config
@@ -317,6 +340,10 @@ impl Registry {
             None => None,
         };
         let base_url = config.base_url.clone();
+        let options = HttpOptions {
+            request_deadline: Duration::from_secs(config.request_deadline_secs),
+            ..HttpOptions::default()
+        };
         let caps = Capabilities::of(config.kind)
             .with_schema(config.schema_dialect)
             .with_images(config.images);
@@ -331,7 +358,8 @@ impl Registry {
                     Anthropic::new(key)?
                         .with_base_url(base_url)
                         .with_name(name)
-                        .with_capabilities(caps),
+                        .with_capabilities(caps)
+                        .with_options(options)?,
                 )
             }
             Protocol::OpenaiChat => Arc::new(
@@ -343,13 +371,15 @@ impl Registry {
                         config
                             .max_tokens_field
                             .unwrap_or_else(|| MaxTokensField::default_for(&base_url)),
-                    ),
+                    )
+                    .with_options(options)?,
             ),
             Protocol::OpenaiResponses => Arc::new(
                 OpenAiResponses::new(api_key)?
                     .with_base_url(&base_url)
                     .with_name(name)
-                    .with_capabilities(caps),
+                    .with_capabilities(caps)
+                    .with_options(options)?,
             ),
             Protocol::Gemini => {
                 let key = api_key.ok_or_else(|| {
@@ -361,7 +391,8 @@ impl Registry {
                     Gemini::new(key)?
                         .with_base_url(&base_url)
                         .with_name(name)
-                        .with_capabilities(caps),
+                        .with_capabilities(caps)
+                        .with_options(options)?,
                 )
             }
         };
@@ -453,6 +484,40 @@ mod tests {
         }
         // Resolving gives the same digest as pinning.
         assert_eq!(reg.resolve("local").unwrap().config_digest, pinned.digest());
+    }
+
+    #[test]
+    fn the_request_deadline_is_pinned_and_in_the_digest() {
+        let reg = registry(
+            "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nrequest_deadline_secs = 30\n",
+            &[],
+        );
+        let lab = reg.pin("lab:m").unwrap();
+        assert_eq!(lab.provider.request_deadline_secs, 30);
+        let sonnet = reg.pin("sonnet").unwrap();
+        assert_eq!(
+            sonnet.provider.request_deadline_secs,
+            DEFAULT_REQUEST_DEADLINE_SECS
+        );
+        let mut longer = sonnet.clone();
+        longer.provider.request_deadline_secs = 1200;
+        assert_ne!(longer.digest(), sonnet.digest());
+        assert_eq!(
+            longer.changes_from(&sonnet),
+            ["provider.request_deadline_secs 600 → 1200"]
+        );
+        // It survives the round trip through a pinned model's own config.
+        let again = Registry::with_env(lab.config(), |_| None);
+        assert_eq!(again.pin("lab:m").unwrap(), lab);
+        let zero = registry(
+            "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nrequest_deadline_secs = 0\n",
+            &[],
+        );
+        let err = zero.pin("lab:m").unwrap_err().to_string();
+        assert!(
+            err.contains("request_deadline_secs must be at least 1"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -3,7 +3,10 @@
 //! Only failures before the stream starts (connection errors, non-2xx statuses) are retried: once
 //! events have flowed, a retry would duplicate output the caller already consumed. `Retry-After`
 //! is honoured, and every attempt fits inside one total deadline — a delay that would overrun it
-//! ends the retries with the last error instead of sleeping past it.
+//! ends the retries with the last error instead of sleeping past it. An attempt that ran into
+//! its request deadline ([`LlmError::DeadlineExceeded`]) is retried only if another whole
+//! request deadline fits in what is left: with the defaults (10 minutes per request, 2 minutes
+//! of retries) never.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -88,7 +91,12 @@ impl Provider for Retry {
                 } => *after,
                 _ => self.policy.backoff(attempt),
             };
-            if started.elapsed() + delay > self.policy.total_deadline {
+            // A retry of a request that ran out of time would likely take as long again.
+            let attempt_needs = match &error {
+                LlmError::DeadlineExceeded { deadline } => *deadline,
+                _ => Duration::ZERO,
+            };
+            if started.elapsed() + delay + attempt_needs > self.policy.total_deadline {
                 tracing::warn!(
                     provider = self.inner.name(),
                     attempt,
@@ -209,6 +217,44 @@ mod tests {
         let elapsed = started.elapsed();
         assert!(elapsed >= Duration::from_millis(750), "{elapsed:?}");
         assert!(elapsed <= Duration::from_millis(1500), "{elapsed:?}");
+    }
+
+    /// Each call runs into its request deadline after `deadline`.
+    struct Slow {
+        deadline: Duration,
+        calls: Mutex<u32>,
+    }
+
+    #[async_trait::async_trait]
+    impl Provider for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        async fn stream(&self, _req: &ChatRequest) -> Result<EventStream, LlmError> {
+            *self.calls.lock().unwrap() += 1;
+            tokio::time::sleep(self.deadline).await;
+            Err(LlmError::DeadlineExceeded {
+                deadline: self.deadline,
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_deadline_hit_is_retried_only_within_the_total_budget() {
+        for (deadline, calls) in [(3, 3), (6, 1), (600, 1)] {
+            let inner = Arc::new(Slow {
+                deadline: Duration::from_secs(deadline),
+                calls: Mutex::new(0),
+            });
+            let retry = Retry::new(inner.clone(), policy());
+            let started = Instant::now();
+            let err = retry.stream(&ChatRequest::default()).await.err().unwrap();
+            assert!(matches!(err, LlmError::DeadlineExceeded { .. }));
+            assert_eq!(*inner.calls.lock().unwrap(), calls, "deadline {deadline}s");
+            if deadline < 10 {
+                assert!(started.elapsed() <= policy().total_deadline);
+            }
+        }
     }
 
     #[test]

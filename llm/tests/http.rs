@@ -286,3 +286,68 @@ async fn a_responses_failure_is_an_api_error_over_http() {
         "{err:?}"
     );
 }
+
+/// A registry whose one provider, `lab`, is an OpenAI Chat server at `uri` with
+/// `request_deadline_secs = 1`.
+fn one_second_deadline(uri: &str, retry: RetryPolicy) -> Registry {
+    let text = format!(
+        "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"{uri}/v1\"\nrequest_deadline_secs = 1\n"
+    );
+    let file = ConfigFile::parse(&text, std::path::Path::new("user.toml")).unwrap();
+    let config = Config::merge(Some(("user.toml".into(), file)), None, false).unwrap();
+    Registry::with_env(config, |_| None).with_retry_policy(retry)
+}
+
+#[tokio::test]
+async fn a_server_sending_keepalives_forever_ends_at_the_request_deadline() {
+    let server = support::RawServer::start(support::Behaviour::Ping {
+        every: Duration::from_millis(100),
+    })
+    .await;
+    let model = one_second_deadline(&server.uri, fast_retry())
+        .resolve("lab:m")
+        .unwrap();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), async {
+        collect(model.provider.stream(&request()).await?).await
+    })
+    .await
+    .expect("the stream outlived its deadline by far");
+    let elapsed = started.elapsed();
+    let err = outcome.unwrap_err();
+    assert!(
+        matches!(err, LlmError::DeadlineExceeded { deadline } if deadline == Duration::from_secs(1)),
+        "{err}"
+    );
+    assert!(err.to_string().contains("request_deadline_secs"), "{err}");
+    assert!(
+        elapsed >= Duration::from_secs(1) && elapsed < Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    // The stream had started, so nothing retried it behind the caller's back.
+    assert_eq!(server.connections(), 1);
+}
+
+#[tokio::test]
+async fn a_deadline_hit_before_the_headers_is_retried_only_within_the_retry_budget() {
+    let server = support::RawServer::start(support::Behaviour::Silent).await;
+    let budget = RetryPolicy {
+        total_deadline: Duration::from_millis(2500),
+        max_attempts: 10,
+        ..fast_retry()
+    };
+    let model = one_second_deadline(&server.uri, budget)
+        .resolve("lab:m")
+        .unwrap();
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(20), model.provider.stream(&request()))
+        .await
+        .expect("the request outlived its deadline by far")
+        .err()
+        .unwrap();
+    let elapsed = started.elapsed();
+    assert!(matches!(err, LlmError::DeadlineExceeded { .. }), "{err}");
+    // 1 s per attempt in a 2.5 s budget: a second attempt fits, a third would not.
+    assert_eq!(server.connections(), 2);
+    assert!(elapsed < Duration::from_millis(2500), "{elapsed:?}");
+}
