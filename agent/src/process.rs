@@ -21,6 +21,8 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::secrets::{RedactingReader, Redactor};
+
 /// What to run and within which limits.
 #[derive(Debug, Clone)]
 pub struct ProcessSpec {
@@ -37,6 +39,9 @@ pub struct ProcessSpec {
     pub reader_grace: Duration,
     /// Descriptors the child gets at 3, 4, … in this order (see [`ProcessSpec::pass_fd`]).
     pub pass_fds: Vec<std::sync::Arc<std::os::fd::OwnedFd>>,
+    /// Redacts both streams as they are read, before the capture keeps a head and a tail: a
+    /// secret straddling a cut is redacted whole, never left half visible.
+    pub redactor: Option<std::sync::Arc<Redactor>>,
 }
 
 impl ProcessSpec {
@@ -51,6 +56,7 @@ impl ProcessSpec {
             capture_tail: 16 * 1024,
             reader_grace: Duration::from_millis(250),
             pass_fds: Vec::new(),
+            redactor: None,
         }
     }
 
@@ -85,6 +91,11 @@ impl ProcessSpec {
     pub fn capture(mut self, head: usize, tail: usize) -> Self {
         self.capture_head = head;
         self.capture_tail = tail;
+        self
+    }
+
+    pub fn redact(mut self, redactor: std::sync::Arc<Redactor>) -> Self {
+        self.redactor = Some(redactor);
         self
     }
 }
@@ -278,9 +289,13 @@ pub async fn run(
         None => GroupGuard { pgid: None },
     };
     let stop_readers = CancellationToken::new();
+    let redactor = || {
+        let stream = spec.redactor.as_deref().map(Redactor::stream);
+        stream.unwrap_or_default()
+    };
     let stdout = child.stdout.take().map(|r| {
         tokio::spawn(drain_bounded(
-            r,
+            RedactingReader::new(r, redactor()),
             spec.capture_head,
             spec.capture_tail,
             stop_readers.clone(),
@@ -288,7 +303,7 @@ pub async fn run(
     });
     let stderr = child.stderr.take().map(|r| {
         tokio::spawn(drain_bounded(
-            r,
+            RedactingReader::new(r, redactor()),
             spec.capture_head,
             spec.capture_tail,
             stop_readers.clone(),

@@ -50,6 +50,12 @@ impl ToolRegistry {
         self
     }
 
+    /// The redactor every result goes through; register further credentials on it (MCP and
+    /// HTTP header values) and hand it to tools that must redact earlier (bash's capture).
+    pub fn redactor(&self) -> Arc<Redactor> {
+        Arc::clone(&self.redactor)
+    }
+
     pub fn with_max_output_chars(mut self, max: usize) -> Self {
         self.max_output_chars = max;
         self

@@ -9,9 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anvil_agent::file_access::FileAccess;
 use anvil_agent::sandbox::{Sandbox, SandboxPolicy};
 use anvil_agent::secrets::{ChildEnv, Redactor};
-use anvil_agent::tools::bash::Bash;
+use anvil_agent::tools::bash::{Bash, CAPTURE_BYTES};
+use anvil_agent::tools::register_coding_tools;
 use anvil_agent::{ToolContext, ToolRegistry};
 use anvil_llm::ContentBlock;
 use serde_json::{Value, json};
@@ -264,6 +266,53 @@ async fn credentials_are_not_in_the_environment_and_are_redacted_anyway() {
     )
     .await;
     assert_eq!(out, "Exit code: 0\nstdout:\n[REDACTED:ANTHROPIC_API_KEY]\n");
+}
+
+/// The standard toolset, wired as a session wires it, with `redactor`.
+fn coding_tools(dir: &Path, redactor: Redactor) -> ToolRegistry {
+    let mut r = ToolRegistry::new().with_redactor(Arc::new(redactor));
+    let access = Arc::new(FileAccess::workspace(dir).unwrap());
+    let unconfined = Arc::new(Sandbox::new(SandboxPolicy::FullAccess, "/"));
+    register_coding_tools(
+        &mut r,
+        access,
+        ChildEnv::default().with_base(base_env()),
+        unconfined,
+    )
+    .unwrap();
+    r
+}
+
+#[tokio::test]
+async fn a_secret_straddling_a_cut_of_the_capture_is_not_left_half_visible() {
+    const SECRET: &str = "sk-ant-test-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let tools = coding_tools(dir.path(), Redactor::from_vars(base_env()));
+    // stdout: the secret begins 8 bytes before the end of the kept head; stderr: it ends 8
+    // bytes after the start of the kept tail. Redacting after the cut would leave
+    // "sk-ant-t" and "23456789" in view.
+    let filler = |byte: char, n: usize| format!("head -c {n} /dev/zero | tr '\\0' {byte}");
+    let command = format!(
+        "{}; printf {SECRET}; {}; {{ {}; printf {SECRET}; {}; }} >&2",
+        filler('a', CAPTURE_BYTES - 8),
+        filler('b', 100_000),
+        filler('c', 100_000),
+        filler('d', CAPTURE_BYTES - 8),
+    );
+    let ctx = ToolContext::new(dir.path().to_path_buf());
+    let out = match tools
+        .dispatch("id", "bash", &json!({ "command": command }), &ctx)
+        .await
+    {
+        ContentBlock::ToolResult { content, .. } => content,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(out.matches("bytes of output cut").count(), 2, "{out}");
+    let bytes = SECRET.as_bytes();
+    for part in bytes.windows(6) {
+        let part = std::str::from_utf8(part).unwrap();
+        assert!(!out.contains(part), "'{part}' of the secret is visible");
+    }
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::process::{self, ProcessSpec, Termination};
 use crate::sandbox::Sandbox;
-use crate::secrets::ChildEnv;
+use crate::secrets::{ChildEnv, Redactor};
 use crate::tool::{Cancellation, Effects, ToolContext, ToolError, TypedTool};
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -17,7 +17,7 @@ pub const MAX_TIMEOUT_MS: u64 = 600_000;
 /// Bytes kept from the start and the end of each stream: both streams together stay under the
 /// registry's 30,000-character result cap, so the supervisor's own cut note (with the exact
 /// byte count) is the one the model sees.
-const CAPTURE_BYTES: usize = 7 * 1024;
+pub const CAPTURE_BYTES: usize = 7 * 1024;
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -34,11 +34,24 @@ pub struct Bash {
     env: ChildEnv,
     /// Every command runs inside it; the model has no argument that widens it.
     sandbox: Arc<Sandbox>,
+    /// Applied to the output as it is read, before the capture cuts it to a head and a tail.
+    redactor: Option<Arc<Redactor>>,
 }
 
 impl Bash {
     pub fn new(env: ChildEnv, sandbox: Arc<Sandbox>) -> Self {
-        Self { env, sandbox }
+        Self {
+            env,
+            sandbox,
+            redactor: None,
+        }
+    }
+
+    /// Redacts the command's output while it is read: the registry's redaction of the result
+    /// comes after the capture has cut the middle out, too late for a secret straddling a cut.
+    pub fn with_redactor(mut self, redactor: Arc<Redactor>) -> Self {
+        self.redactor = Some(redactor);
+        self
     }
 }
 
@@ -78,11 +91,14 @@ impl TypedTool for Bash {
                 "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}, got {timeout_ms}"
             )));
         }
-        let spec = ProcessSpec::new("bash", &ctx.cwd)
+        let mut spec = ProcessSpec::new("bash", &ctx.cwd)
             .args(["-c", args.command.as_str()])
             .env(self.env.vars())
             .timeout(Duration::from_millis(timeout_ms))
             .capture(CAPTURE_BYTES, CAPTURE_BYTES);
+        if let Some(redactor) = &self.redactor {
+            spec = spec.redact(Arc::clone(redactor));
+        }
         // Fail closed: a sandbox that cannot run means the command does not run.
         let (spec, guard) = self
             .sandbox

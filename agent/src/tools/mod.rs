@@ -17,7 +17,8 @@ mod walk;
 pub mod write_file;
 
 /// Registers read_file, write_file, edit_file, glob, grep and bash, all sharing one
-/// [`FileAccess`] (and so one freshness record); bash runs inside `sandbox`.
+/// [`FileAccess`] (and so one freshness record); bash runs inside `sandbox` and redacts its
+/// output with the registry's redactor as it reads it (set the redactor first).
 pub fn register_coding_tools(
     registry: &mut ToolRegistry,
     access: Arc<FileAccess>,
@@ -29,6 +30,7 @@ pub fn register_coding_tools(
     registry.register(Arc::new(edit_file::EditFile::new(Arc::clone(&access))))?;
     registry.register(Arc::new(glob::GlobTool::new(Arc::clone(&access))))?;
     registry.register(Arc::new(grep::GrepTool::new(access)))?;
-    registry.register(Arc::new(bash::Bash::new(env, sandbox)))?;
+    let bash = bash::Bash::new(env, sandbox).with_redactor(registry.redactor());
+    registry.register(Arc::new(bash))?;
     Ok(())
 }
