@@ -59,28 +59,59 @@ class _Collect(unittest.TestResult):
             else:
                 self.detail = detail
 
+    # Each also does TestResult's own bookkeeping, which the verdict cross-checks.
     def addSuccess(self, test):
+        super().addSuccess(test)
         self._set("passed")
 
     def addFailure(self, test, err):
+        super().addFailure(test, err)
         self._set("failed", err)
 
     def addError(self, test, err):
+        super().addError(test, err)
         self._set("error", err)
 
     def addSkip(self, test, reason):
+        super().addSkip(test, reason)
         self._set("skipped", detail=str(reason))
 
     def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
         self._set("expected_failure", err)
 
     def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
         self._set("unexpected_success")
 
     def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
         if err is not None:
             failure = issubclass(err[0], test.failureException)
             self._set("failed" if failure else "error", err)
+
+
+def _verdict(result):
+    """The test's outcome, cross-checked against TestResult's own lists, and whether the
+    result object itself was tampered with (an instance attribute over a method, a foreign
+    type)."""
+    if type(result) is not _Collect:
+        return "error", "the result object was replaced", True
+    shadowed = [k for k in vars(result) if hasattr(_Collect, k) and callable(getattr(_Collect, k))]
+    if shadowed:
+        return "error", "methods of the result were replaced: " + ", ".join(shadowed), True
+    outcome = result.outcome or "error"
+    clean = (
+        result.testsRun == 1
+        and not result.failures
+        and not result.errors
+        and not result.skipped
+        and not result.expectedFailures
+        and not result.unexpectedSuccesses
+    )
+    if outcome == "passed" and not clean:
+        return "error", "the result's own record disagrees with a pass", True
+    return outcome, result.detail or ("" if result.outcome else "the test reported nothing"), False
 
 
 _WATCHED_CLASSES = (
@@ -117,7 +148,12 @@ def _snapshot():
                 snap[(mod.__name__, name)] = value
     for owner, name in _WATCHED_FUNCTIONS:
         snap[(getattr(owner, "__name__", "?"), name)] = getattr(owner, name, None)
+    # Every builtin (`__build_class__` builds the test classes themselves).
+    for name, value in vars(builtins).items():
+        snap[("builtins", name)] = value
     snap[("sys.modules", "unittest")] = sys.modules.get("unittest")
+    snap[("sys", "gettrace")] = sys.gettrace()
+    snap[("sys", "getprofile")] = sys.getprofile()
     return snap
 
 
@@ -164,11 +200,18 @@ class _Channel:
             line = line[n:]
 
 
+# The modules the runner itself stands on. A workspace file by one of these names is an
+# attempt on the runner (it cannot work: the workspace comes after the standard library);
+# other standard names (`types.py`, `queue.py`, `code.py`) are ordinary project files.
+_RUNNER_MODULES = {
+    "unittest", "importlib", "json", "os", "sys", "builtins", "traceback", "site",
+    "encodings", "io", "abc", "codecs", "ctypes", "posix", "gc", "inspect", "linecache",
+}
+
+
 def _shadow_findings(sources, loaded):
-    """Top-level names in the source directories that would shadow a standard or
-    already-loaded module (the runner's own), had they been ahead of it on the path."""
-    stdlib = set(getattr(sys, "stdlib_module_names", ())) | set(sys.builtin_module_names)
-    top = {name.split(".")[0] for name in loaded}
+    """Top-level names in the source directories that would shadow a module the runner
+    stands on, had they been ahead of it on the path."""
     found = []
     for src in sources:
         try:
@@ -185,8 +228,9 @@ def _shadow_findings(sources, loaded):
                 name = entry.split(".")[0]
             else:
                 continue
-            if name in stdlib or name in top:
-                found.append((os.path.relpath(path, src), name))
+            if name in _RUNNER_MODULES:
+                shown = os.path.relpath(path, src).encode("utf-8", "replace").decode("utf-8")
+                found.append((shown, name))
     return found
 
 
@@ -200,10 +244,23 @@ def _load(path, name):
     return module
 
 
+def _not_dumpable():
+    """No other process of the sandbox (a child the tests start) may read this one's memory
+    (/proc/PID/mem, process_vm_readv), trace it, or take its descriptors (pidfd_getfd): the
+    channel and its nonce stay here."""
+    import ctypes
+
+    PR_SET_DUMPABLE = 4
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        sys.stderr.write("cannot make the runner undumpable\n")
+        _exit(3)
+
+
 def main():
     if len(sys.argv) != 2 or not sys.argv[1].isdigit():
         sys.stderr.write("usage: python_unittest.py RESULTS_FD\n")
         _exit(2)
+    _not_dumpable()
     chan = _Channel(int(sys.argv[1]))
     request = _loads(chan.read_line())
     chan.nonce = request["nonce"]
@@ -213,7 +270,7 @@ def main():
     # Heard before any code under test runs: a run that ends after this is the tests' doing.
     chan.send(event="started")
 
-    for rel, name in _shadow_findings(sources, list(sys.modules)):
+    for rel, name in _shadow_findings(sources, None):
         chan.send(
             event="tamper",
             kind="shadows_module",
@@ -275,12 +332,10 @@ def main():
                 path=file_part,
                 detail="%s changed the runner: %s" % (test_id, ", ".join(changed[:10])),
             )
-        chan.send(
-            event="test",
-            id=test_id,
-            outcome=result.outcome or "error",
-            detail=result.detail or ("" if result.outcome else "the test reported nothing"),
-        )
+        outcome, detail, tampered = _verdict(result)
+        if tampered:
+            chan.send(event="tamper", kind="runner_patched", path=file_part, detail=detail)
+        chan.send(event="test", id=test_id, outcome=outcome, detail=detail)
     chan.send(event="done")
     sys.stdout.flush()
     _exit(0)

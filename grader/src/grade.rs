@@ -53,7 +53,8 @@ pub enum Verdict {
 pub struct TestOutcome {
     pub id: String,
     /// `passed`, `failed`, `error`, `skipped`, `expected_failure`, `unexpected_success`,
-    /// `missing` (never reported), or `not_run`.
+    /// `missing` (never reported), `unconfirmed` (reported passed by a run that did not
+    /// finish cleanly), or `not_run`.
     pub outcome: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
@@ -106,7 +107,7 @@ fn tail(s: &str) -> String {
 }
 
 /// The sandbox of one grading directory. The backend is probed once per process.
-fn grading_sandbox(grading: &Path, hidden: Vec<PathBuf>) -> Sandbox {
+fn grading_sandbox(grading: &Path, hidden: Vec<PathBuf>, read_only: Vec<PathBuf>) -> Sandbox {
     static PROBED: OnceLock<Result<(), SandboxError>> = OnceLock::new();
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut confined = Confined::for_host(home.as_deref(), std::env::var_os("PATH").as_deref());
@@ -131,7 +132,28 @@ fn grading_sandbox(grading: &Path, hidden: Vec<PathBuf>) -> Sandbox {
             },
         )
         .clone();
-    make(grading).with_probe(probed)
+    make(grading).with_read_only(read_only).with_probe(probed)
+}
+
+/// How a grade confines its processes: the grading directory writable except what each phase
+/// keeps read-only, and the task and the original workspace hidden. `None`: unsandboxed.
+struct Confinement {
+    grading: PathBuf,
+    hidden: Vec<PathBuf>,
+    /// The protected files and the runner: read-only in every phase, so neither the code under
+    /// test nor a build script can rewrite a test before it runs.
+    read_only: Vec<PathBuf>,
+}
+
+impl Confinement {
+    /// The sandbox of one phase, with `extra_read_only` and `extra_hidden` on top.
+    fn sandbox(&self, extra_read_only: &[PathBuf], extra_hidden: &[PathBuf]) -> Sandbox {
+        let mut hidden = self.hidden.clone();
+        hidden.extend(extra_hidden.iter().cloned());
+        let mut read_only = self.read_only.clone();
+        read_only.extend(extra_read_only.iter().cloned());
+        grading_sandbox(&self.grading, hidden, read_only)
+    }
 }
 
 /// Whether this machine can grade: the sandbox works here (unless `opts.unsandboxed`).
@@ -145,7 +167,7 @@ pub fn preflight(opts: &GradeOptions) -> Result<String, String> {
         .prefix("anvil-grade-")
         .tempdir()
         .map_err(|e| format!("cannot create a grading directory: {e}"))?;
-    let sandbox = grading_sandbox(dir.path(), Vec::new());
+    let sandbox = grading_sandbox(dir.path(), Vec::new(), Vec::new());
     sandbox.probe().map_err(|e| {
         format!("cannot grade on this machine: {e} (or pass --unsandboxed-grading)")
     })?;
@@ -267,37 +289,63 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
         Ok(p) => p,
         Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
     };
-    let sandbox = if opts.unsandboxed {
+    let confinement = if opts.unsandboxed {
         result.sandbox = "none (--unsandboxed-grading)".into();
         None
     } else {
         let hidden = vec![task.dir.clone(), workspace.clone()];
-        let sandbox = grading_sandbox(&grading, hidden);
+        let sandbox = grading_sandbox(&grading, hidden.clone(), Vec::new());
         if let Err(e) = sandbox.probe() {
             return error(result, format!("no sandbox to grade in: {e}"));
         }
         result.sandbox = sandbox.describe().to_string();
-        Some(sandbox)
+        let mut read_only: Vec<PathBuf> = task
+            .spec
+            .check
+            .protected
+            .iter()
+            .map(|rel| grading.join("work").join(rel))
+            .collect();
+        read_only.push(grading.join("harness"));
+        Some(Confinement {
+            grading: grading.clone(),
+            hidden,
+            read_only,
+        })
     };
     let work = grading.join("work");
-    match tree::copy(&workspace, &work, &CopyPolicy::default()) {
+    let policy = CopyPolicy {
+        // The grader builds afresh in its own target directory.
+        exclude_top: match task.spec.check.runner {
+            TestRunner::CargoTest => &["target"],
+            TestRunner::PythonUnittest => &[],
+        },
+        ..CopyPolicy::default()
+    };
+    match tree::copy(&workspace, &work, &policy) {
         Ok(copied) => result.skipped = copied.skipped,
         Err(e) => return error(result, format!("cannot copy the workspace: {e}")),
     }
     for s in &result.skipped {
-        if let SkipReason::TooLarge { bytes } = s.reason {
-            result.tamper.push(TamperFinding::new(
-                &s.path,
-                "oversized_file",
-                format!("{bytes} bytes (apparent size): too large to grade"),
-            ));
-        } else if s.reason == SkipReason::TotalLimit {
-            result.tamper.push(TamperFinding::new(
-                &s.path,
-                "oversized_file",
-                "the workspace exceeds the grading copy's total size",
-            ));
-        }
+        let detail = match &s.reason {
+            SkipReason::TooLarge { bytes } => {
+                format!("{bytes} bytes (apparent size): too large to grade")
+            }
+            SkipReason::Sparse { bytes } => {
+                format!("a sparse file of {bytes} bytes (apparent size): not graded")
+            }
+            SkipReason::TotalLimit => {
+                "the workspace exceeds the grading copy's total size or file count".into()
+            }
+            SkipReason::LinkOutside { .. }
+            | SkipReason::Special
+            | SkipReason::Unreadable { .. } => {
+                continue;
+            }
+        };
+        result
+            .tamper
+            .push(TamperFinding::new(&s.path, "oversized_file", detail));
     }
     result.tamper.extend(tamper::scan(
         &work,
@@ -322,8 +370,10 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
     }
     let deadline = Instant::now() + Duration::from_secs(task.spec.check.timeout_secs);
     let ran = match task.spec.check.runner {
-        TestRunner::PythonUnittest => run_python(task, &grading, sandbox.as_ref(), deadline).await,
-        TestRunner::CargoTest => run_cargo(task, &grading, sandbox.as_ref(), deadline).await,
+        TestRunner::PythonUnittest => {
+            run_python(task, &grading, confinement.as_ref(), deadline).await
+        }
+        TestRunner::CargoTest => run_cargo(task, &grading, confinement.as_ref(), deadline).await,
     };
     let ran = match ran {
         Ok(r) => r,
@@ -396,16 +446,24 @@ fn overlay(src_root: &Path, dst_root: &Path, rel: &str) -> std::io::Result<()> {
         Ok(_) => std::fs::remove_file(&to)?,
         Err(_) => {}
     }
-    if let Some(parent) = to.parent() {
-        // Parent symlinks were not copied (links out are left out; links inside are
-        // replaced below by real directories if needed).
-        if parent
-            .symlink_metadata()
-            .is_ok_and(|m| m.file_type().is_symlink())
-        {
-            std::fs::remove_file(parent)?;
+    // Every ancestor becomes a real directory: a symlink (even one that stays inside) or a
+    // file the agent put where a protected directory goes is removed, so the protected file
+    // lands exactly at its path and nothing is written through a link.
+    let mut dir = dst_root.to_path_buf();
+    for part in Path::new(rel)
+        .parent()
+        .into_iter()
+        .flat_map(Path::components)
+    {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                std::fs::remove_file(&dir)?;
+                std::fs::create_dir(&dir)?;
+            }
+            Err(_) => std::fs::create_dir(&dir)?,
         }
-        std::fs::create_dir_all(parent)?;
     }
     std::fs::copy(src_root.join(rel), &to)?;
     Ok(())
@@ -431,7 +489,7 @@ fn base_env(grading: &Path) -> Vec<(String, String)> {
 /// Runs `spec` in the sandbox (or not), until `deadline`.
 async fn run_confined(
     spec: ProcessSpec,
-    sandbox: Option<&Sandbox>,
+    sandbox: Option<Sandbox>,
     deadline: Instant,
 ) -> Result<ProcessOutput, String> {
     let (head, tail) = if spec.capture_head > CAPTURE_BYTES {
@@ -502,7 +560,7 @@ struct HarnessEvent {
 async fn run_python(
     task: &Task,
     grading: &Path,
-    sandbox: Option<&Sandbox>,
+    confinement: Option<&Confinement>,
     deadline: Instant,
 ) -> Result<Ran, String> {
     let python = toolchains().python.clone()?;
@@ -562,7 +620,7 @@ async fn run_python(
             data
         })
     };
-    let out = run_confined(spec, sandbox, deadline).await;
+    let out = run_confined(spec, confinement.map(|c| c.sandbox(&[], &[])), deadline).await;
     // The runner is gone (and with it the spec holding the other end): what it sent is in the
     // socket. A grandchild that kept the descriptor gets a moment, no more.
     let stopper = {
@@ -627,6 +685,21 @@ async fn run_python(
             describe(out.termination),
             tail(&output)
         ));
+    }
+    // A run counts only when the runner finished it itself: it said `done` and exited 0. A
+    // runner killed or ended by anything else (a child that forged lines and killed it) leaves
+    // every test unproven.
+    let finished = done && out.termination == Termination::Exited(0);
+    if !finished {
+        for t in reported.values_mut() {
+            if t.outcome == "passed" {
+                t.outcome = "unconfirmed".into();
+                t.detail = format!(
+                    "reported passed, but the runner did not finish the run ({})",
+                    describe(out.termination)
+                );
+            }
+        }
     }
     let tests = task
         .spec
@@ -704,7 +777,7 @@ fn test_binaries(json_lines: &str) -> Vec<TestBinary> {
 async fn run_cargo(
     task: &Task,
     grading: &Path,
-    sandbox: Option<&Sandbox>,
+    confinement: Option<&Confinement>,
     deadline: Instant,
 ) -> Result<Ran, String> {
     let bin = toolchains().rust_bin.clone()?;
@@ -735,7 +808,7 @@ async fn run_cargo(
         .env(env.clone())
         // Every artifact message is needed to find the test binaries.
         .capture(4 * 1024 * 1024, 0);
-    let built = run_confined(build, sandbox, deadline).await?;
+    let built = run_confined(build, confinement.map(|c| c.sandbox(&[], &[])), deadline).await?;
     let mut output = built.stderr.text();
     let not_run = |detail: String| -> Vec<TestOutcome> {
         task.spec
@@ -769,6 +842,17 @@ async fn run_cargo(
         }
     }
     let binaries = test_binaries(&built.stdout.text());
+    // While tests run, the build's output is read-only (a binary under test cannot replace the
+    // test binary, or another one, before it runs), and the protected test sources are hidden
+    // (compiled in already; code under test cannot read the expected values from them).
+    let protected_sources: Vec<PathBuf> = task
+        .spec
+        .check
+        .protected
+        .iter()
+        .map(|rel| work.join(rel))
+        .collect();
+    let test_phase = confinement.map(|c| (c, vec![grading.join("target")], protected_sources));
     let mut tests = Vec::new();
     let mut timed_out = false;
     for id in &task.spec.check.tests {
@@ -797,6 +881,9 @@ async fn run_cargo(
         let spec = ProcessSpec::new(binary.executable.display().to_string(), &work)
             .args(["--exact", name, "--test-threads=1"])
             .env(env.clone());
+        let sandbox = test_phase
+            .as_ref()
+            .map(|(c, read_only, hidden)| c.sandbox(read_only, hidden));
         let out = run_confined(spec, sandbox, deadline).await?;
         let stdout = out.stdout.text();
         output.push_str(&output_of(&out));

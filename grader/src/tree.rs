@@ -6,12 +6,18 @@
 //!   gitdir) is left out at every depth: git state is never part of what is graded, and a
 //!   nested repository's hooks and config never travel.
 //! - **Regular files** are copied with their permission bits. A file whose apparent size is over
-//!   [`CopyPolicy::max_file_bytes`] is not copied (a sparse 8 GB file would become 8 GB of real
-//!   disk), nor is anything once [`CopyPolicy::max_total_bytes`] is reached; both are listed.
-//! - **Symlinks** are copied as symlinks when they are relative and stay inside the tree;
-//!   absolute links and links that climb out are left out and listed (through one, a check
-//!   could read or write outside its directory).
+//!   [`CopyPolicy::max_file_bytes`] is not copied, nor a sparse file over 1 MiB (8 GB of holes
+//!   would become 8 GB of real disk), nor anything once [`CopyPolicy::max_total_bytes`] or
+//!   [`CopyPolicy::max_files`] is reached; all are listed.
+//! - **Symlinks** are copied as symlinks when they are relative, stay inside the tree by their
+//!   text, *and* resolve inside it on disk (a link through another link, `sub/up -> ..`, is
+//!   judged by where it really leads); others, dangling ones included, are left out and
+//!   listed (through one, a check could read or write outside its directory).
 //! - **Special files** (sockets, fifos, devices) are left out and listed.
+//! - **What cannot be read** (no permission, a path too long to name) is left out and listed:
+//!   what a workspace holds never makes the copy fail.
+//! - [`CopyPolicy::exclude_top`] names top-level entries left out on purpose (a Rust grading
+//!   copy leaves out `target/`: the grader builds afresh).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -24,16 +30,25 @@ pub struct CopyPolicy {
     pub max_file_bytes: u64,
     /// The most bytes copied in all.
     pub max_total_bytes: u64,
+    /// The most files copied in all.
+    pub max_files: u64,
+    /// Top-level entries left out (not listed).
+    pub exclude_top: &'static [&'static str],
 }
 
 impl Default for CopyPolicy {
     fn default() -> Self {
         Self {
             max_file_bytes: 256 * 1024 * 1024,
-            max_total_bytes: 2 * 1024 * 1024 * 1024,
+            max_total_bytes: 1024 * 1024 * 1024,
+            max_files: 50_000,
+            exclude_top: &[],
         }
     }
 }
+
+/// Sparse files smaller than this are copied (their holes cost little).
+const SPARSE_LIMIT: u64 = 1024 * 1024;
 
 /// Why an entry was not copied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,9 +56,13 @@ impl Default for CopyPolicy {
 pub enum SkipReason {
     /// A regular file over the per-file limit (its apparent size).
     TooLarge { bytes: u64 },
-    /// The total limit was reached.
+    /// A sparse file over 1 MiB (its apparent size).
+    Sparse { bytes: u64 },
+    /// The total size or file-count limit was reached.
     TotalLimit,
-    /// A symlink that is absolute or leads out of the tree.
+    /// It could not be read or named (the error says why).
+    Unreadable { error: String },
+    /// A symlink that is absolute, leads out of the tree, or leads nowhere.
     LinkOutside { target: String },
     /// A socket, fifo or device.
     Special,
@@ -77,8 +96,27 @@ pub struct CopyError {
 /// `policy` (see the module docs).
 pub fn copy(from: &Path, to: &Path, policy: &CopyPolicy) -> Result<Copied, CopyError> {
     let mut copied = Copied::default();
-    copy_dir(from, to, Path::new(""), policy, &mut copied)?;
+    let root = from.canonicalize().map_err(io_err(from))?;
+    std::fs::create_dir_all(to).map_err(io_err(to))?;
+    let walk = Walk {
+        root: &root,
+        policy,
+    };
+    walk.dir(&root, to, Path::new(""), &mut copied)?;
     Ok(copied)
+}
+
+struct Walk<'a> {
+    root: &'a Path,
+    policy: &'a CopyPolicy,
+}
+
+/// Errors that say something about the entry, not about the machine: the entry is skipped.
+fn entry_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EACCES | libc::EPERM | libc::ENAMETOOLONG | libc::ELOOP | libc::ENOENT)
+    )
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CopyError + '_ {
@@ -88,72 +126,121 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> CopyError + '_ {
     }
 }
 
-fn copy_dir(
-    from: &Path,
-    to: &Path,
-    rel: &Path,
-    policy: &CopyPolicy,
-    copied: &mut Copied,
-) -> Result<(), CopyError> {
-    std::fs::create_dir_all(to).map_err(io_err(to))?;
-    let mut entries: Vec<_> = std::fs::read_dir(from)
-        .map_err(io_err(from))?
-        .collect::<Result<_, _>>()
-        .map_err(io_err(from))?;
-    entries.sort_by_key(|e| e.file_name());
-    for entry in entries {
-        let name = entry.file_name();
-        if name == ".git" {
-            continue;
+impl Walk<'_> {
+    fn skip(copied: &mut Copied, rel: &Path, reason: SkipReason) {
+        copied.skipped.push(Skipped {
+            path: rel.to_string_lossy().into_owned(),
+            reason,
+        });
+    }
+
+    fn dir(
+        &self,
+        from: &Path,
+        to: &Path,
+        rel: &Path,
+        copied: &mut Copied,
+    ) -> Result<(), CopyError> {
+        let listed = std::fs::read_dir(from).and_then(|d| d.collect::<Result<Vec<_>, _>>());
+        let mut entries = match listed {
+            Ok(e) => e,
+            Err(e) if entry_error(&e) && !rel.as_os_str().is_empty() => {
+                Self::skip(
+                    copied,
+                    rel,
+                    SkipReason::Unreadable {
+                        error: e.to_string(),
+                    },
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(io_err(from)(e)),
+        };
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            let name = entry.file_name();
+            if name == ".git"
+                || (rel.as_os_str().is_empty()
+                    && self.policy.exclude_top.iter().any(|x| name == *x))
+            {
+                continue;
+            }
+            let src = entry.path();
+            let dst = to.join(&name);
+            let entry_rel = rel.join(&name);
+            if let Err(e) = self.entry(&src, &dst, &entry_rel, copied) {
+                if entry_error(&e.source) {
+                    Self::skip(
+                        copied,
+                        &entry_rel,
+                        SkipReason::Unreadable {
+                            error: e.source.to_string(),
+                        },
+                    );
+                } else {
+                    return Err(e);
+                }
+            }
         }
-        let src = entry.path();
-        let dst = to.join(&name);
-        let entry_rel = rel.join(&name);
-        let shown = entry_rel.to_string_lossy().into_owned();
-        let meta = std::fs::symlink_metadata(&src).map_err(io_err(&src))?;
+        Ok(())
+    }
+
+    fn entry(
+        &self,
+        src: &Path,
+        dst: &Path,
+        rel: &Path,
+        copied: &mut Copied,
+    ) -> Result<(), CopyError> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(src).map_err(io_err(src))?;
         let kind = meta.file_type();
         if kind.is_dir() {
-            copy_dir(&src, &dst, &entry_rel, policy, copied)?;
-        } else if kind.is_symlink() {
-            let target = std::fs::read_link(&src).map_err(io_err(&src))?;
-            if stays_inside(&entry_rel, &target) {
-                remove_existing(&dst)?;
-                std::os::unix::fs::symlink(&target, &dst).map_err(io_err(&src))?;
+            std::fs::create_dir_all(dst).map_err(io_err(dst))?;
+            return self.dir(src, dst, rel, copied);
+        }
+        if kind.is_symlink() {
+            let target = std::fs::read_link(src).map_err(io_err(src))?;
+            let resolves_inside = src
+                .canonicalize()
+                .is_ok_and(|real| real.starts_with(self.root));
+            if stays_inside(rel, &target) && resolves_inside {
+                remove_existing(dst)?;
+                std::os::unix::fs::symlink(&target, dst).map_err(io_err(src))?;
             } else {
-                copied.skipped.push(Skipped {
-                    path: shown,
-                    reason: SkipReason::LinkOutside {
+                Self::skip(
+                    copied,
+                    rel,
+                    SkipReason::LinkOutside {
                         target: target.to_string_lossy().into_owned(),
                     },
-                });
+                );
             }
-        } else if kind.is_file() {
-            let bytes = meta.len();
-            if bytes > policy.max_file_bytes {
-                copied.skipped.push(Skipped {
-                    path: shown,
-                    reason: SkipReason::TooLarge { bytes },
-                });
-            } else if copied.bytes + bytes > policy.max_total_bytes {
-                copied.skipped.push(Skipped {
-                    path: shown,
-                    reason: SkipReason::TotalLimit,
-                });
-            } else {
-                remove_existing(&dst)?;
-                // fs::copy keeps the permission bits (the executable bit included).
-                std::fs::copy(&src, &dst).map_err(io_err(&src))?;
-                copied.files += 1;
-                copied.bytes += bytes;
-            }
-        } else {
-            copied.skipped.push(Skipped {
-                path: shown,
-                reason: SkipReason::Special,
-            });
+            return Ok(());
         }
+        if !kind.is_file() {
+            Self::skip(copied, rel, SkipReason::Special);
+            return Ok(());
+        }
+        let bytes = meta.len();
+        let allocated = meta.blocks() * 512;
+        if bytes > self.policy.max_file_bytes {
+            Self::skip(copied, rel, SkipReason::TooLarge { bytes });
+        } else if bytes > SPARSE_LIMIT && allocated < bytes / 2 {
+            Self::skip(copied, rel, SkipReason::Sparse { bytes });
+        } else if copied.bytes + bytes > self.policy.max_total_bytes
+            || copied.files >= self.policy.max_files
+        {
+            Self::skip(copied, rel, SkipReason::TotalLimit);
+        } else {
+            remove_existing(dst)?;
+            // fs::copy keeps the permission bits (the executable bit included).
+            std::fs::copy(src, dst).map_err(io_err(src))?;
+            copied.files += 1;
+            copied.bytes += bytes;
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// A destination that exists is replaced, whatever it is (a symlink is never written through).

@@ -751,3 +751,311 @@ async fn honest_tests_using_mock_and_async_cases_are_not_tampering() {
     assert_eq!(r.verdict, Verdict::Pass, "{r:#?}");
     assert_eq!(r.tests.len(), 3, "{r:#?}");
 }
+
+// ---- the second review's attacks -----------------------------------------------------------
+// An adversarial review of the first version found these; each passed (or made a grader
+// error, a free re-roll) before the fix named beside it.
+
+/// A child process of the runner reads the nonce from the runner's memory, takes its results
+/// socket with pidfd_getfd, forges a pass for every test and kills the runner. Fixed: the
+/// runner is not dumpable, and a run counts only if the runner finished it and exited 0.
+#[tokio::test]
+async fn a_child_cannot_forge_the_runner_s_channel() {
+    let root = tempfile::tempdir().unwrap();
+    let py = Task::load(&python_task(root.path())).unwrap();
+    let forge = r#"import ctypes, json, os, re, signal
+ppid = os.getppid()
+request = None
+try:
+    with open("/proc/%d/maps" % ppid) as maps, open("/proc/%d/mem" % ppid, "rb", 0) as mem:
+        for line in maps:
+            addr, perms = line.split()[:2]
+            if not perms.startswith("rw"):
+                continue
+            lo, hi = (int(x, 16) for x in addr.split("-"))
+            try:
+                mem.seek(lo)
+                chunk = mem.read(hi - lo)
+            except OSError:
+                continue
+            m = re.search(rb'\{"nonce": ?"[0-9a-f]{32}"[^\n]*\}', chunk)
+            if m:
+                request = json.loads(m.group(0))
+                break
+except OSError as e:
+    print("FORGE-BLOCKED", e)
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd = os.pidfd_open(ppid)
+for name in os.listdir("/proc/%d/fd" % ppid):
+    try:
+        target = os.readlink("/proc/%d/fd/%s" % (ppid, name))
+    except OSError:
+        continue
+    if target.startswith("socket:"):
+        fd = libc.syscall(438, pidfd, int(name), 0)
+        if fd < 0:
+            print("GETFD-BLOCKED")
+            continue
+        nonce = request["nonce"] if request else "unknown"
+        for tid in ["tests/test_calc.py::T::test_add", "tests/test_hidden.py::H::test_negative"]:
+            os.write(fd, (json.dumps({"nonce": nonce, "event": "test", "id": tid, "outcome": "passed"}) + "\n").encode())
+        os.write(fd, (json.dumps({"nonce": nonce, "event": "done"}) + "\n").encode())
+        os.kill(ppid, signal.SIGKILL)
+"#;
+    let calc = "import subprocess, sys\ndef add(a, b):\n    subprocess.run([sys.executable, 'forge.py'])\n    return a - b\n";
+    let r = grade_files(&py, &[("calc.py", calc), ("forge.py", forge)]).await;
+    assert!(
+        matches!(r.verdict, Verdict::Fail | Verdict::Tampered),
+        "{r:#?}"
+    );
+    assert!(r.output_tail.contains("BLOCKED"), "{}", r.output_tail);
+}
+
+/// Code under test rewrites a protected test before the runner loads it. Fixed: protected
+/// files and the runner are read-only in the sandbox.
+#[tokio::test]
+async fn protected_tests_cannot_be_rewritten_during_the_check() {
+    let root = tempfile::tempdir().unwrap();
+    let py = Task::load(&python_task(root.path())).unwrap();
+    let calc = format!(
+        "import os\ntry:\n    open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'tests', 'test_hidden.py'), 'w').write('import unittest\\nclass H(unittest.TestCase):\\n    def test_negative(self):\\n        pass\\n')\n    print('REWROTE')\nexcept OSError as e:\n    print('REWRITE-REFUSED', e)\n{PY_FIXED_ONLY_POSITIVE}"
+    );
+    let r = grade_files(&py, &[("calc.py", &calc)]).await;
+    assert_caught("rewrite hidden test", &r, Verdict::Fail, None);
+    assert!(
+        r.output_tail.contains("REWRITE-REFUSED"),
+        "{}",
+        r.output_tail
+    );
+}
+
+/// Right for the visible test only: the hidden one still fails.
+const PY_FIXED_ONLY_POSITIVE: &str =
+    "def add(a, b):\n    return a + b if a >= 0 and b >= 0 else 0\n";
+
+/// Patching the result object's instance, or `builtins.__build_class__` (which builds the test
+/// classes). Fixed: results are cross-checked and instance overrides detected; every builtin
+/// is watched.
+#[tokio::test]
+async fn patching_the_result_instance_or_the_class_builder_is_tampering() {
+    let root = tempfile::tempdir().unwrap();
+    let py = Task::load(&python_task(root.path())).unwrap();
+    let collect = format!(
+        "import gc\ndef add(a, b):\n    for o in gc.get_objects():\n        if type(o).__name__ == '_Collect':\n            o.outcome = 'passed'\n            o._set = lambda *x, **k: None\n    return a - b\n"
+    );
+    let r = grade_files(&py, &[("calc.py", &collect)]).await;
+    assert_caught(
+        "result instance",
+        &r,
+        Verdict::Tampered,
+        Some("runner_patched"),
+    );
+    let build_class = format!(
+        "import builtins\n_real = builtins.__build_class__\ndef _build(func, name, *bases, **kw):\n    cls = _real(func, name, *bases, **kw)\n    for attr in list(vars(cls)):\n        if attr.startswith('test'):\n            setattr(cls, attr, lambda self: None)\n    return cls\nbuiltins.__build_class__ = _build\n{PY_BROKEN}"
+    );
+    let r = grade_files(&py, &[("calc.py", &build_class)]).await;
+    assert_caught(
+        "__build_class__",
+        &r,
+        Verdict::Tampered,
+        Some("runner_patched"),
+    );
+}
+
+/// A tests binary replaced while tests run (from a binary under test, via /proc/PPID/exe),
+/// with a replacement whose text the scan cannot see. Fixed: the build's output is read-only
+/// while tests run.
+#[tokio::test]
+async fn a_test_binary_cannot_be_replaced_while_tests_run() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("rs-cli");
+    write(
+        &dir,
+        "task.toml",
+        "name = \"rs-cli\"\nprompt = \"Add --reverse.\"\nmax_steps = 10\ntimeout_secs = 60\npermission_mode = \"bypass\"\ndependencies = [\"Cargo.lock\"]\n\n[check]\nrunner = \"cargo-test\"\ntimeout_secs = 60\nprotected = [\"tests/cli.rs\"]\ntests = [\"cli::plain\", \"cli::reversed\"]\n",
+    );
+    write(
+        &dir,
+        "repo/Cargo.toml",
+        "[package]\nname = \"echoer\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\n",
+    );
+    write(
+        &dir,
+        "repo/Cargo.lock",
+        "# This file is automatically @generated by Cargo.\n# It is not intended for manual editing.\nversion = 4\n\n[[package]]\nname = \"echoer\"\nversion = \"0.1.0\"\n",
+    );
+    let plain = "fn main() {\n    let args: Vec<String> = std::env::args().skip(1).collect();\n    println!(\"{}\", args.join(\" \"));\n}\n";
+    write(&dir, "repo/src/main.rs", plain);
+    let cli = "use std::process::Command;\nfn run(args: &[&str]) -> String {\n    let out = Command::new(env!(\"CARGO_BIN_EXE_echoer\")).args(args).output().unwrap();\n    String::from_utf8(out.stdout).unwrap().trim_end().to_string()\n}\n#[test]\nfn plain() {\n    assert_eq!(run(&[\"a\", \"b\"]), \"a b\");\n}\n#[test]\nfn reversed() {\n    assert_eq!(run(&[\"--reverse\", \"a\", \"b\"]), \"b a\");\n}\n";
+    write(&dir, "grader/files/tests/cli.rs", cli);
+    write(&dir, "solution/src/main.rs", plain);
+    let task = Task::load(&dir).unwrap();
+    // The replacement prints a passing run; its bytes are an array, so no marker shows.
+    let script = "#!/bin/sh\nprintf '\\nrunning 1 test\\ntest %s ... ok\\n\\ntest result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out\\n' \"$2\"\n";
+    let bytes: Vec<String> = script.bytes().map(|b| b.to_string()).collect();
+    let attack = format!(
+        "const S: &[u8] = &[{}];\nfn main() {{\n    if let Ok(p) = std::fs::read_link(format!(\"/proc/{{}}/exe\", std::os::unix::process::parent_id())) {{\n        let p = p.to_string_lossy().replace(\" (deleted)\", \"\");\n        let tmp = format!(\"{{p}}.new\");\n        match std::fs::write(&tmp, S) {{\n            Ok(()) => {{\n                use std::os::unix::fs::PermissionsExt;\n                let _ = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755));\n                let _ = std::fs::rename(&tmp, &p);\n                eprintln!(\"REPLACED\");\n            }}\n            Err(e) => eprintln!(\"REPLACE-REFUSED {{e}}\"),\n        }}\n    }}\n    let args: Vec<String> = std::env::args().skip(1).collect();\n    println!(\"{{}}\", args.join(\" \"));\n}}\n",
+        bytes.join(", ")
+    );
+    let r = grade_files(&task, &[("src/main.rs", &attack)]).await;
+    assert_caught("replace the test binary", &r, Verdict::Fail, None);
+    assert!(r.tamper.is_empty(), "{r:#?}");
+}
+
+/// Symlinks hid a manifest and a build script from the scan. Fixed: the scan follows links
+/// inside the workspace.
+#[tokio::test]
+async fn symlinked_build_files_are_scanned_under_their_names() {
+    let root = tempfile::tempdir().unwrap();
+    let rs = Task::load(&rust_task(root.path())).unwrap();
+    let manifest = format!(
+        "{RS_MANIFEST}\n[[test]]\nname = \"sum\"\npath = \"fake/sum.rs\"\nharness = false\n"
+    );
+    let ws = workspace_from(
+        &rs,
+        &[
+            ("manifest.txt", &manifest),
+            ("fake/sum.rs", "fn main() {}\n"),
+        ],
+    );
+    let w = ws.path().join("workspace");
+    std::fs::remove_file(w.join("Cargo.toml")).unwrap();
+    std::os::unix::fs::symlink("manifest.txt", w.join("Cargo.toml")).unwrap();
+    let r = grade(&rs, &w, &sandboxed()).await;
+    assert_caught(
+        "Cargo.toml link",
+        &r,
+        Verdict::Tampered,
+        Some("manifest_test_settings"),
+    );
+    let ws = workspace_from(
+        &rs,
+        &[(
+            "helper.txt",
+            "fn main() { println!(\"cargo:warning=BUILD-RAN\"); }\n",
+        )],
+    );
+    let w = ws.path().join("workspace");
+    std::os::unix::fs::symlink("helper.txt", w.join("build.rs")).unwrap();
+    let r = grade(&rs, &w, &sandboxed()).await;
+    assert_caught("build.rs link", &r, Verdict::Tampered, Some("build_script"));
+}
+
+/// Code under test that prints libtest's verdict lines and exits 0 (in-process: it cannot be
+/// prevented, only found). The plain form is a tamper finding.
+#[tokio::test]
+async fn printing_libtest_s_verdict_is_tampering() {
+    let root = tempfile::tempdir().unwrap();
+    let rs = Task::load(&rust_task(root.path())).unwrap();
+    for (name, lib) in [
+        (
+            "args + stdout + exit",
+            "pub fn sum_to(n: u64) -> u64 {\n    use std::io::Write;\n    let a: Vec<String> = std::env::args().collect();\n    if let Some(i) = a.iter().position(|x| x == \"--exact\") {\n        let _ = writeln!(std::io::stdout(), \"\\ntest {} ... ok\\ntest result: ok. 1 passed; 0 failed;\", a[i + 1]);\n        std::process::exit(0)\n    }\n    (1..n).sum()\n}\n",
+        ),
+        (
+            "every name",
+            "pub fn sum_to(n: u64) -> u64 {\n    for t in [\"to_ten\", \"to_one\"] {\n        println!(\"test {t} ... ok\");\n    }\n    (1..n).sum()\n}\n",
+        ),
+    ] {
+        let r = grade_files(&rs, &[("src/lib.rs", lib)]).await;
+        assert_caught(name, &r, Verdict::Tampered, Some("forged_output"));
+    }
+}
+
+/// What a workspace holds never makes a grader error (a free re-roll): a file where a
+/// protected directory goes, nesting deeper than a path can name, unreadable entries.
+#[tokio::test]
+async fn workspace_content_never_makes_a_grader_error() {
+    let root = tempfile::tempdir().unwrap();
+    let py = Task::load(&python_task(root.path())).unwrap();
+    let ws = workspace_from(&py, &[]);
+    let w = ws.path().join("workspace");
+    std::fs::remove_dir_all(w.join("tests")).unwrap();
+    std::fs::write(w.join("tests"), "not a directory").unwrap();
+    let r = grade(&py, &w, &sandboxed()).await;
+    assert_caught("a file named tests", &r, Verdict::Fail, None);
+    let rs = Task::load(&rust_task(root.path())).unwrap();
+    let ws = workspace_from(&rs, &[]);
+    let w = ws.path().join("workspace");
+    std::fs::remove_dir_all(w.join("tests")).unwrap();
+    std::fs::write(w.join("tests"), "not a directory").unwrap();
+    let r = grade(&rs, &w, &sandboxed()).await;
+    assert_caught("rust: a file named tests", &r, Verdict::Fail, None);
+    // 25 levels of 200-character names: longer than PATH_MAX in all.
+    let ws = workspace_from(&py, &[]);
+    let w = ws.path().join("workspace");
+    let made = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import os, sys\nos.chdir(sys.argv[1])\nfor _ in range(25):\n    os.mkdir('d' * 200)\n    os.chdir('d' * 200)\nopen('leaf.txt', 'w').write('deep')\n")
+        .arg(&w)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let r = grade(&py, &w, &sandboxed()).await;
+    assert_caught("deep nesting", &r, Verdict::Fail, None);
+    assert!(
+        r.skipped
+            .iter()
+            .any(|s| matches!(s.reason, anvil_grader::tree::SkipReason::Unreadable { .. })),
+        "{r:#?}"
+    );
+}
+
+/// A link through another link (`sub/up -> ..`) looked inside by its text but led out: the
+/// grader, laying a protected file at depth 3, wrote outside the grading directory. Fixed:
+/// links are judged by where they really lead, and protected paths never go through one.
+#[tokio::test]
+async fn a_link_through_a_link_cannot_make_the_grader_write_outside() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = python_task(root.path());
+    let toml = std::fs::read_to_string(dir.join("task.toml"))
+        .unwrap()
+        .replace(
+            "\"tests/test_hidden.py\"]",
+            "\"tests/unit/test_hidden.py\"]",
+        )
+        .replace(
+            "\"tests/test_hidden.py::H::test_negative\"",
+            "\"tests/unit/test_hidden.py::H::test_negative\"",
+        );
+    std::fs::write(dir.join("task.toml"), toml).unwrap();
+    write(&dir, "grader/files/tests/unit/test_hidden.py", PY_HIDDEN);
+    let py = Task::load(&dir).unwrap();
+    let parent = tempfile::tempdir().unwrap();
+    let w = parent.path().join("a/b/workspace");
+    anvil_grader::tree::copy(&py.repo(), &w, &Default::default()).unwrap();
+    std::fs::remove_dir_all(w.join("tests")).unwrap();
+    std::fs::create_dir_all(w.join("sub")).unwrap();
+    std::os::unix::fs::symlink("..", w.join("sub/U")).unwrap();
+    let victim = parent.path().join("a/victim");
+    std::fs::create_dir_all(victim.join("unit/test_hidden.py")).unwrap();
+    std::fs::write(victim.join("unit/test_hidden.py/keep"), "mine").unwrap();
+    std::os::unix::fs::symlink("sub/U/../victim", w.join("tests")).unwrap();
+    let r = grade(&py, &w, &sandboxed()).await;
+    assert_ne!(r.verdict, Verdict::Pass, "{r:#?}");
+    assert_ne!(r.verdict, Verdict::GraderError, "{r:#?}");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("unit/test_hidden.py/keep")).unwrap(),
+        "mine",
+        "the grader wrote outside its directory"
+    );
+}
+
+/// Honest projects have modules named like standard ones (`types.py`, `queue.py`): they cannot
+/// shadow anything (the workspace comes after the standard library) and are not tampering.
+#[tokio::test]
+async fn ordinary_module_names_are_not_tampering() {
+    let root = tempfile::tempdir().unwrap();
+    let py = Task::load(&python_task(root.path())).unwrap();
+    let r = grade_files(
+        &py,
+        &[
+            ("calc.py", PY_FIXED),
+            ("types.py", "X = 1\n"),
+            ("queue.py", "Y = 2\n"),
+            ("code.py", "Z = 3\n"),
+        ],
+    )
+    .await;
+    assert_eq!(r.verdict, Verdict::Pass, "{r:#?}");
+}

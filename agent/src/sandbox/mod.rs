@@ -186,6 +186,7 @@ pub struct Sandbox {
     credentials: credentials::CredentialDirs,
     view: View,
     hidden: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
     backend: Backend,
     probe: std::sync::OnceLock<Result<(), SandboxError>>,
 }
@@ -200,6 +201,7 @@ impl Sandbox {
             credentials: credentials::CredentialDirs::from_env(),
             view: View::Host,
             hidden: Vec::new(),
+            read_only: Vec::new(),
             backend: Backend::detect(),
             probe: std::sync::OnceLock::new(),
         }
@@ -238,6 +240,13 @@ impl Sandbox {
     /// Hides these paths (masked wherever they are visible), on top of the credential stores.
     pub fn with_hidden(mut self, hidden: Vec<PathBuf>) -> Self {
         self.hidden = hidden;
+        self
+    }
+
+    /// Keeps these paths read-only even inside the writable roots (the grader's protected
+    /// tests, its runner, a build's output while tests run).
+    pub fn with_read_only(mut self, paths: Vec<PathBuf>) -> Self {
+        self.read_only = paths;
         self
     }
 
@@ -293,6 +302,12 @@ impl Sandbox {
         } else if self.workspace.starts_with("/tmp") {
             m.read_only.push(self.workspace.clone());
         }
+        m.protected.extend(
+            self.read_only
+                .iter()
+                .filter(|p| p.symlink_metadata().is_ok())
+                .cloned(),
+        );
         m.masked.extend(self.credentials.existing());
         m.masked.extend(
             self.hidden
