@@ -128,7 +128,7 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     };
     let model = registry.resolve(&name)?;
     let prompt = PromptBuilder::for_workspace(&cwd);
-    let agent = agent_for(&model, &cwd, cli, prompt, None, events)?;
+    let agent = agent_for(&model, &cwd, cli, prompt, None, redactor(&registry), events)?;
     Ok(Session {
         agent,
         model,
@@ -162,7 +162,15 @@ fn build_trial(
     }
     let mut prompt = PromptBuilder::for_workspace(&cwd);
     prompt.instructions = discover_instructions(&cwd, None);
-    let agent = agent_for(&model, &cwd, cli, prompt, Some(&trial), events)?;
+    let agent = agent_for(
+        &model,
+        &cwd,
+        cli,
+        prompt,
+        Some(&trial),
+        redactor(&registry),
+        events,
+    )?;
     Ok(Session {
         agent,
         model,
@@ -182,16 +190,24 @@ fn policy(mode: SandboxMode) -> SandboxPolicy {
     }
 }
 
+/// What every tool result is redacted of: the credential-looking variables of anvil's
+/// environment, and every credential `registry` can resolve, whatever its variable is called.
+pub fn redactor(registry: &Registry) -> Arc<Redactor> {
+    Arc::new(Redactor::from_env().with_credentials(registry.credentials()))
+}
+
 /// The standard coding toolset for `cwd`, its commands confined by `sandbox`; for an eval
-/// trial, by the trial's sandbox view as well.
+/// trial, by the trial's sandbox view as well. Results (and commands' output as it is read)
+/// are redacted with `redactor`.
 pub fn tools(
     cwd: &Path,
     sandbox: SandboxMode,
     trial: Option<&TrialConfig>,
+    redactor: Arc<Redactor>,
 ) -> Result<ToolRegistry, SetupError> {
     let access = FileAccess::workspace(cwd)
         .map_err(|e| SetupError(format!("cannot open the workspace {}: {e}", cwd.display())))?;
-    let mut tools = ToolRegistry::new().with_redactor(Arc::new(Redactor::from_env()));
+    let mut tools = ToolRegistry::new().with_redactor(redactor);
     let sandbox = Arc::new(trial_sandbox(Sandbox::new(policy(sandbox), cwd), trial));
     register_coding_tools(&mut tools, Arc::new(access), ChildEnv::default(), sandbox)
         .map_err(|e| SetupError(e.to_string()))?;
@@ -221,6 +237,7 @@ fn agent_for(
     cli: &Cli,
     prompt: PromptBuilder,
     trial: Option<&TrialConfig>,
+    redactor: Arc<Redactor>,
     events: EventSink,
 ) -> Result<Agent, SetupError> {
     let cfg = AgentConfig {
@@ -233,7 +250,7 @@ fn agent_for(
     };
     Ok(Agent::new(
         Arc::clone(&model.provider),
-        Arc::new(tools(cwd, cli.sandbox, trial)?),
+        Arc::new(tools(cwd, cli.sandbox, trial, redactor)?),
         cfg,
         cwd,
         events,

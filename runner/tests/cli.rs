@@ -394,6 +394,43 @@ async fn permission_rules_from_the_user_config_apply_and_bad_ones_are_config_err
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn the_providers_credential_is_redacted_whatever_its_variable_is_called() {
+    // MOCK_ACCESS carries no secret marker (KEY, TOKEN, …): only knowing it is the provider's
+    // credential keeps it out of what the model sees.
+    const ACCESS: &str = "mock-access-0123456789";
+    let server = server(vec![
+        tool_answer("toolu_1", "read_file", json!({"file_path": "notes.txt"})),
+        text_answer("Read it."),
+    ])
+    .await;
+    let m = machine(&server);
+    let config = m.home.path().join("cfg/anvil/config.toml");
+    let base = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, base.replace("MOCK_API_KEY", "MOCK_ACCESS")).unwrap();
+    std::fs::write(m.repo.join("notes.txt"), format!("deploy with {ACCESS}\n")).unwrap();
+    let out = m
+        .command()
+        .env("MOCK_ACCESS", ACCESS)
+        .args(["-p", "read notes.txt"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.received_requests().await.unwrap();
+    assert_eq!(requests[0].headers["x-api-key"], ACCESS);
+    let second = String::from_utf8_lossy(&requests[1].body);
+    assert!(
+        second.contains("deploy with [REDACTED:MOCK_ACCESS]"),
+        "{second}"
+    );
+    assert!(!second.contains(ACCESS), "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn max_steps_1_on_a_tool_task_exits_2() {
     let server = server(edit_script()).await;
     let m = machine(&server);
