@@ -20,6 +20,9 @@
 //! doing anything: plan mode denies it, and short of bypass only an allow rule naming it lets
 //! it run without asking.
 
+/// The shell grammar that permission rules will judge bash lines with.
+pub mod shell;
+
 use std::path::PathBuf;
 
 use globset::{Glob, GlobMatcher};
