@@ -387,12 +387,13 @@ impl Agent {
             Decision::Deny { reason } => refused(format!(
                 "Permission denied: {reason}. The call was not run."
             )),
-            Decision::Ask { reason } => {
+            Decision::Ask { reason, remedy } => {
                 let request = ApprovalRequest {
                     tool: name.to_string(),
                     args: args.clone(),
                     subject: tool.permission_subject(args),
                     reason,
+                    remedy,
                 };
                 let approver = Arc::clone(approver);
                 let answer = tokio::select! {
@@ -417,6 +418,9 @@ impl Agent {
                         Some(f) => format!("Not run: the user declined this call. Feedback: {f}"),
                         None => "Not run: the user declined this call.".into(),
                     }),
+                    ApprovalDecision::Unanswerable { message } => {
+                        refused(format!("Not run: {message}"))
+                    }
                 }
             }
         }

@@ -15,7 +15,11 @@ pub struct ApprovalRequest {
     pub tool: String,
     pub args: Value,
     pub subject: Option<String>,
+    /// Why the call needs approval.
     pub reason: String,
+    /// What would let calls like this run without asking (a mode, a rule), for an approver
+    /// that cannot ask anyone.
+    pub remedy: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,6 +30,11 @@ pub enum ApprovalDecision {
     Deny {
         feedback: Option<String>,
     },
+    /// Nobody could be asked (headless): the call does not run, and `message` tells the model
+    /// what happened and what would let such a call run.
+    Unanswerable {
+        message: String,
+    },
 }
 
 #[async_trait::async_trait]
@@ -33,16 +42,24 @@ pub trait Approver: Send + Sync {
     async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision;
 }
 
-/// Headless runs have nobody to ask: every Ask is a Deny, with what to do instead.
+/// Headless runs have nobody to ask: every Ask is refused, with why the call needed approval
+/// and what would let it run (which differs: accept-edits only helps edits, commands need an
+/// allow rule or bypass, outside paths need a person).
 pub struct HeadlessApprover;
 
-pub const HEADLESS_DENIAL: &str = "This action requires approval, which isn't available in headless mode. Re-run with --permission-mode accept-edits or add an allow rule.";
+/// What the model is told when a call that needs approval is refused headless.
+pub fn headless_message(request: &ApprovalRequest) -> String {
+    format!(
+        "{}, and in headless mode nobody can approve it. {}",
+        request.reason, request.remedy
+    )
+}
 
 #[async_trait::async_trait]
 impl Approver for HeadlessApprover {
-    async fn approve(&self, _request: ApprovalRequest) -> ApprovalDecision {
-        ApprovalDecision::Deny {
-            feedback: Some(HEADLESS_DENIAL.into()),
+    async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
+        ApprovalDecision::Unanswerable {
+            message: headless_message(&request),
         }
     }
 }

@@ -1,15 +1,14 @@
-//! Permissions: rule parsing, split_shell, the decision order of build guide 11.1 / 11.B, and
-//! the approval round trip in the agent loop (denied calls never run).
+//! Permissions: rule parsing, bash lines judged through the shell grammar, the decision order of
+//! build guide 11.1 / 11.B, and the approval round trip in the agent loop (denied calls never
+//! run). The `issue_13_*` tests pin the bypasses an adversarial review found.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anvil_agent::approval::{
-    ApprovalDecision, HEADLESS_DENIAL, HeadlessApprover, ScriptedApprover,
-};
-use anvil_agent::permissions::{Decision, PermissionMode, Policy, Rule, split_shell};
+use anvil_agent::approval::{ApprovalDecision, HeadlessApprover, ScriptedApprover};
+use anvil_agent::permissions::{Decision, PermissionMode, Policy, Rule};
 use anvil_agent::{
     Agent, AgentConfig, Cancellation, Effects, EventSink, Tool, ToolContext, ToolError,
     ToolRegistry, TurnOutcome,
@@ -111,16 +110,18 @@ fn shell_lines_are_judged_command_by_command() {
         let d = p.decide(&bash(), &json!({"command": cmd}));
         assert_eq!(kind(&d), expected, "{cmd}: {d:?}");
     }
-    assert_eq!(
-        split_shell("a && b || c; d | e & f\ng").unwrap(),
-        ["a", "b", "c", "d", "e", "f", "g"]
-    );
-    assert_eq!(
-        split_shell("echo 'a && b' \"; c\"").unwrap(),
-        ["echo 'a && b' \"; c\""]
-    );
-    assert!(split_shell("diff <(ls a) <(ls b)").is_err());
-    assert!(split_shell("(cd x && rm y)").is_err());
+    for (cmd, expected) in [
+        (
+            "cargo test && git status || cargo test; git status | cargo test & git status",
+            "allow",
+        ),
+        ("cargo test 'a && b' \"; git push\"", "allow"),
+        ("diff <(ls a) <(ls b)", "ask"),
+        ("(cd x && rm y)", "deny"),
+    ] {
+        let d = p.decide(&bash(), &json!({"command": cmd}));
+        assert_eq!(kind(&d), expected, "{cmd}: {d:?}");
+    }
 }
 
 #[test]
@@ -186,11 +187,11 @@ fn the_decision_order_of_the_boundary_contract() {
         "allow"
     );
     assert_eq!(kind(&p.decide(&bash(), &json!({"command": "ls"}))), "ask");
-    // Even bypass asks about a line rules cannot judge.
+    // Bypass runs lines rules cannot judge (issue 13, item 9).
     let p = policy(PermissionMode::Bypass, &[], &[]);
     assert_eq!(
         kind(&p.decide(&bash(), &json!({"command": "echo $(id)"}))),
-        "ask"
+        "allow"
     );
 }
 
@@ -220,7 +221,7 @@ fn unknown_effects_are_never_allowed_by_a_mode_default() {
         kind(&policy(PermissionMode::Bypass, &[], &["mcp__srv__frobnicate"]).decide(&mcp, &call)),
         "deny"
     );
-    let Decision::Ask { reason } =
+    let Decision::Ask { reason, .. } =
         policy(PermissionMode::AcceptEdits, &[], &[]).decide(&mcp, &call)
     else {
         unreachable!()
@@ -358,7 +359,7 @@ async fn headless_denies_what_needs_approval_with_what_to_do() {
         .await;
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     let (text, _) = last_result(&agent);
-    assert!(text.contains(HEADLESS_DENIAL), "{text}");
+    assert!(text.contains("--permission-mode accept-edits"), "{text}");
     // With accept-edits the same call runs without asking.
     let (mut agent, runs) = agent_with(
         edit(),
@@ -405,4 +406,338 @@ async fn an_approver_that_never_answers_grants_nothing_when_the_turn_is_cancelle
         TurnOutcome::Cancelled
     );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+fn decide(p: &Policy, command: &str) -> Decision {
+    p.decide(&bash(), &json!({ "command": command }))
+}
+
+/// Issue 13, item 7: an allow rule covers a line only when the shell grammar reads it as plain
+/// commands with literal words, and a redirection that writes is an edit of its target.
+#[test]
+fn issue_13_allow_rules_cover_only_plain_literal_commands_and_allowed_writes() {
+    let p = policy(PermissionMode::Default, &["bash(cargo test:*)"], &[]);
+    for cmd in [
+        // A newline inside what the old splitter took for a quote in a comment.
+        "cargo test #'\ntouch X\n#'",
+        // ANSI-C quoting the old splitter read as a plain single-quoted string.
+        "cargo test $'\\'' ; touch X # '",
+        // Writes through redirections are edits, and default mode asks for edits.
+        "cargo test > X",
+        "cargo test >> src/lib.rs",
+        "cargo test &> X",
+        "cargo test 2> X",
+        // Words bash expands are not literal.
+        "cargo test $HOME",
+        "cargo test *",
+        "cargo test ~/x",
+        "cargo test $\"x\"",
+        "cargo test \"$(id)\"",
+        // A line continuation the grammar would split differently from bash.
+        "cargo test && r\\\nm -rf x",
+    ] {
+        let d = decide(&p, cmd);
+        assert_eq!(kind(&d), "ask", "{cmd:?}: {d:?}");
+    }
+    for cmd in [
+        "cargo test",
+        "cargo test --lib 2>&1",
+        "cargo test > /dev/null 2>&1",
+        "cargo 'test' \"--lib\"",
+        "cargo test \\\n  --lib",
+        "cargo test # a comment",
+    ] {
+        let d = decide(&p, cmd);
+        assert_eq!(kind(&d), "allow", "{cmd:?}: {d:?}");
+    }
+    // Where an edit of the target would be allowed, so is the write.
+    let p = policy(PermissionMode::AcceptEdits, &["bash(cargo test:*)"], &[]);
+    assert_eq!(kind(&decide(&p, "cargo test > out.txt")), "allow");
+    assert_eq!(kind(&decide(&p, "cargo test > /etc/out.txt")), "ask");
+    assert_eq!(kind(&decide(&p, "cargo test > .git/config")), "ask");
+    assert_eq!(kind(&decide(&p, "cargo test > sub/.git/config")), "ask");
+    assert_eq!(kind(&decide(&p, "cargo test > .anvil/config.toml")), "ask");
+    let p = policy(
+        PermissionMode::Default,
+        &["bash(cargo test:*)", "bash(cd:*)", "edit_file(logs/**)"],
+        &[],
+    );
+    assert_eq!(kind(&decide(&p, "cargo test > logs/out.txt")), "allow");
+    assert_eq!(kind(&decide(&p, "cargo test > src/out.txt")), "ask");
+    // `cd` is followed: the write lands in logs/, and a command outside the workspace is not
+    // covered by rules.
+    assert_eq!(
+        kind(&decide(&p, "cd logs && cargo test > out.txt")),
+        "allow"
+    );
+    assert_eq!(kind(&decide(&p, "cd src && cargo test > out.txt")), "ask");
+    assert_eq!(kind(&decide(&p, "cd /tmp/other && cargo test")), "ask");
+    // A deny rule on edits covers writes through redirections, in every mode.
+    let p = policy(PermissionMode::Bypass, &[], &["edit_file(Cargo.toml)"]);
+    assert_eq!(kind(&decide(&p, "echo x > Cargo.toml")), "deny");
+    assert_eq!(kind(&decide(&p, "echo x > README.md")), "allow");
+}
+
+/// Issue 13, item 8: deny rules match what would run, not the first word's spelling; what
+/// cannot be known before it runs is denied while any deny rule could match it.
+#[test]
+fn issue_13_deny_rules_match_what_would_run() {
+    let p = policy(
+        PermissionMode::Bypass,
+        &["bash"],
+        &["bash(rm:*)", "bash(git push:*)"],
+    );
+    for cmd in [
+        "command rm -rf x",
+        "/bin/rm x",
+        "\\rm x",
+        "'rm' x",
+        "env rm x",
+        "env -i PATH=/bin rm x",
+        "nice rm x",
+        "nice -n 5 rm x",
+        "timeout 5 rm x",
+        "sudo rm x",
+        "xargs rm",
+        "ls | xargs -0 rm -f",
+        "bash -c 'rm x'",
+        "sh -c 'rm x'",
+        "bash -ec \"cd . && rm x\"",
+        "eval 'rm x'",
+        "eval rm x",
+        "x=rm; $x y",
+        "$CMD x",
+        "eval \"$cmd\"",
+        "bash -c \"$cmd\"",
+        "echo rm x | sh",
+        "find . -delete",
+        "find . -name '*.o' -exec rm {} +",
+        "echo $(rm x)",
+        "(cd x && rm y)",
+        "f() { rm x; }; f",
+        "git -C . push",
+        "git --git-dir=.git push origin main",
+        "git --git-dir .git --work-tree . push",
+        "git -c alias.p=push p",
+        "sudo env git -C . push",
+        "cargo test && r\\\nm -rf x",
+    ] {
+        let d = decide(&p, cmd);
+        assert_eq!(kind(&d), "deny", "{cmd:?}: {d:?}");
+    }
+    for cmd in [
+        "cargo test",
+        "echo rm x",
+        "git status",
+        "git log --oneline",
+        "ls $HOME",
+        "find . -name x -print",
+    ] {
+        let d = decide(&p, cmd);
+        assert_eq!(kind(&d), "allow", "{cmd:?}: {d:?}");
+    }
+    // The message says what ran.
+    let Decision::Deny { reason } = decide(&p, "env rm x") else {
+        unreachable!()
+    };
+    assert!(
+        reason.contains("bash(rm:*)") && reason.contains("`rm x`"),
+        "{reason}"
+    );
+    // With no deny rule that could match, a variable command runs in bypass.
+    let p = policy(PermissionMode::Bypass, &[], &[]);
+    assert_eq!(kind(&decide(&p, "x=ls; $x")), "allow");
+}
+
+/// Issue 13, item 9: bypass runs command substitution, backticks, subshells and the rest of
+/// ordinary shell; only hard denies and outside paths stop a call.
+#[test]
+fn issue_13_bypass_runs_ordinary_shell() {
+    let p = policy(PermissionMode::Bypass, &[], &[]);
+    for cmd in [
+        "echo $(id)",
+        "echo `whoami`",
+        "(cd src && ls)",
+        "{ ls; pwd; }",
+        "diff <(ls a) <(ls b)",
+        "for f in *.rs; do wc -l \"$f\"; done",
+        "cat <<'EOF' > notes.txt\nhello\nEOF",
+        "x=$(git rev-parse HEAD) && echo $x",
+    ] {
+        let d = decide(&p, cmd);
+        assert_eq!(kind(&d), "allow", "{cmd:?}: {d:?}");
+    }
+    let p = policy(
+        PermissionMode::Bypass,
+        &["read_file"],
+        &["bash(git push:*)"],
+    );
+    assert_eq!(kind(&decide(&p, "echo $(git push)")), "deny");
+    assert_eq!(
+        kind(&p.decide(&read(), &json!({"file_path": "/etc/passwd"}))),
+        "ask"
+    );
+}
+
+/// Issue 13, item 10: a prefix rule does not cover flags that make the tool run code named
+/// on the command line or taken from outside the workspace.
+#[test]
+fn issue_13_prefix_rules_do_not_cover_flags_that_run_code() {
+    let p = policy(
+        PermissionMode::Default,
+        &[
+            "bash(cargo test:*)",
+            "bash(npm test:*)",
+            "bash(git:*)",
+            "bash(make:*)",
+            "bash(python:*)",
+            "bash(python -m pytest:*)",
+        ],
+        &[],
+    );
+    for (cmd, flag) in [
+        (
+            "cargo test --config 'build.rustc-wrapper=\"/tmp/x\"'",
+            "--config",
+        ),
+        ("cargo test -Zunstable-options", "-Zunstable-options"),
+        (
+            "cargo test --manifest-path /tmp/other/Cargo.toml",
+            "--manifest-path",
+        ),
+        (
+            "cargo test --manifest-path=../other/Cargo.toml",
+            "--manifest-path",
+        ),
+        ("npm test --script-shell=/tmp/x", "--script-shell"),
+        ("git -c core.pager=/tmp/x log", "-c"),
+        ("git -C /tmp/other status", "-C"),
+        ("make -f /tmp/x.mk", "-f"),
+        ("make test SHELL=/tmp/x", "SHELL=/tmp/x"),
+        ("python -c 'import os'", "-c"),
+        ("python -m pytest -p evil", "-p"),
+    ] {
+        let d = decide(&p, cmd);
+        let Decision::Ask { reason, .. } = &d else {
+            panic!("{cmd:?}: {d:?}")
+        };
+        assert!(reason.contains(flag), "{cmd:?}: {reason}");
+    }
+    // An environment assignment in front is not the rule's command.
+    assert_eq!(kind(&decide(&p, "RUSTC_WRAPPER=/tmp/x cargo test")), "ask");
+    for cmd in [
+        "cargo test --lib -- --nocapture",
+        "cargo test --manifest-path sub/Cargo.toml",
+        "npm test -- --watch",
+        "git log --oneline",
+        "git -C sub status",
+        "make test -j4",
+        "python script.py",
+        "python -m pytest tests -k name",
+    ] {
+        let d = decide(&p, cmd);
+        assert_eq!(kind(&d), "allow", "{cmd:?}: {d:?}");
+    }
+    // A rule that names the flag itself is the user's explicit choice.
+    let p = policy(
+        PermissionMode::Default,
+        &["bash(cargo test --config:*)"],
+        &[],
+    );
+    assert_eq!(kind(&decide(&p, "cargo test --config x")), "allow");
+}
+
+/// The text the model gets for one call under the headless approver, and whether it ran.
+async fn headless(tool: Fake, policy: Policy, args: Value) -> (String, usize) {
+    let name = tool.name;
+    let (mut agent, runs) = agent_with(
+        tool,
+        policy,
+        Arc::new(HeadlessApprover),
+        vec![script::tool_call("c1", name, args), script::text("ok")],
+    );
+    agent
+        .run_turn(vec![ContentBlock::text("go")], CancellationToken::new())
+        .await;
+    (last_result(&agent).0, runs.load(Ordering::SeqCst))
+}
+
+/// Issue 13, item 11: what headless tells the model says what happened and the remedy that
+/// fits: accept-edits only helps edits; commands need an allow rule or bypass.
+#[tokio::test]
+async fn issue_13_headless_says_what_happened_and_what_would_help() {
+    // A command in default mode: the mode, and an allow rule or bypass (not accept-edits).
+    let (text, runs) = headless(
+        bash(),
+        policy(PermissionMode::Default, &[], &[]),
+        json!({"command": "cargo test"}),
+    )
+    .await;
+    assert_eq!(runs, 0);
+    for part in [
+        "not allowed by the permission mode (default)",
+        "bash(cargo test:*)",
+        "--permission-mode bypass",
+        "headless",
+    ] {
+        assert!(text.contains(part), "{part:?} missing: {text}");
+    }
+    assert!(
+        !text.contains("Re-run with --permission-mode accept-edits"),
+        "{text}"
+    );
+    assert!(!text.contains("user declined"), "{text}");
+    // The same command in accept-edits: that mode does not cover commands.
+    let (text, _) = headless(
+        bash(),
+        policy(PermissionMode::AcceptEdits, &[], &[]),
+        json!({"command": "cargo test"}),
+    )
+    .await;
+    assert!(
+        text.contains("not allowed by the permission mode (accept-edits)")
+            && text.contains("accept-edits covers file edits, not commands"),
+        "{text}"
+    );
+    // An edit in default mode: accept-edits is the remedy.
+    let (text, _) = headless(
+        edit(),
+        policy(PermissionMode::Default, &[], &[]),
+        json!({"file_path": "src/a.rs"}),
+    )
+    .await;
+    assert!(
+        text.contains("not allowed by the permission mode (default)")
+            && text.contains("Re-run with --permission-mode accept-edits"),
+        "{text}"
+    );
+    // Outside the workspace: no mode helps.
+    let (text, _) = headless(
+        read(),
+        policy(PermissionMode::Bypass, &[], &[]),
+        json!({"file_path": "/etc/passwd"}),
+    )
+    .await;
+    assert!(text.contains("outside the workspace"), "{text}");
+    assert!(!text.contains("accept-edits"), "{text}");
+    // A deny rule: which rule.
+    let (text, runs) = headless(
+        bash(),
+        policy(PermissionMode::Bypass, &[], &["bash(rm:*)"]),
+        json!({"command": "env rm -rf x"}),
+    )
+    .await;
+    assert_eq!(runs, 0);
+    assert!(text.contains("denied by the rule bash(rm:*)"), "{text}");
+    // A flag a prefix rule does not cover: which flag and which rule.
+    let (text, _) = headless(
+        bash(),
+        policy(PermissionMode::Default, &["bash(cargo test:*)"], &[]),
+        json!({"command": "cargo test --config x"}),
+    )
+    .await;
+    assert!(
+        text.contains("--config") && text.contains("bash(cargo test:*)"),
+        "{text}"
+    );
 }
