@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anvil_agent::process::{self, ProcessSpec};
+use anvil_agent::sandbox::limits::Limits;
 use anvil_agent::sandbox::{Sandbox, SandboxPolicy, bwrap};
 use tokio_util::sync::CancellationToken;
 
@@ -88,7 +89,11 @@ async fn run_attacks(s: &Scene, prefix: &[&str]) -> String {
         SandboxPolicy::WorkspaceWrite { network: false },
         &s.workspace,
     )
-    .with_home(&s.home);
+    .with_home(&s.home)
+    // The process limit's cgroup is joined on the host before bubblewrap starts, which a
+    // root-made cgroup refuses to a command re-run as another user; this suite is about
+    // privileges (sandbox_limits.rs covers the limits).
+    .with_limits(Limits::NONE);
     let spec = ProcessSpec::new("/bin/sh", &s.workspace)
         .args(["-c".to_string(), attacks(s)])
         .env(vec![(
@@ -181,15 +186,13 @@ async fn without_the_drop_root_escapes_which_the_suite_would_see() {
         )])
         .timeout(Duration::from_secs(30));
     let bwrap = bwrap::find().unwrap();
-    let (spec, _guard) = Sandbox::new(
+    let sandbox = Sandbox::new(
         SandboxPolicy::WorkspaceWrite { network: false },
         &s.workspace,
     )
-    .with_home(&s.home)
-    .wrap(spec)
-    .unwrap();
-    // The same argv with the privilege drop taken out.
-    let mut args = spec.args.clone();
+    .with_home(&s.home);
+    // The sandbox's own options with the privilege drop taken out.
+    let mut args = bwrap::args(sandbox.policy(), &sandbox.mounts(), &s.workspace);
     let mut i = 0;
     while i < args.len() {
         if matches!(args[i].as_str(), "--cap-drop" | "--uid" | "--gid") {
@@ -198,6 +201,8 @@ async fn without_the_drop_root_escapes_which_the_suite_would_see() {
             i += 1;
         }
     }
+    args.push(spec.program.clone());
+    args.extend(spec.args.iter().cloned());
     let weak = ProcessSpec {
         program: bwrap.display().to_string(),
         args,

@@ -155,6 +155,35 @@ pub struct ConfigFile {
     /// Permission rules as written (`bash(cargo test:*)`); the agent parses and applies them.
     #[serde(default, skip_serializing_if = "PermissionRules::is_empty")]
     pub permissions: PermissionRules,
+    /// Resource limits of sandboxed commands (user config only).
+    #[serde(default, skip_serializing_if = "SandboxLimits::is_unset")]
+    pub sandbox: SandboxLimits,
+}
+
+/// `[sandbox]`: resource limits of each sandboxed command. A key left out keeps anvil's
+/// default (see the README); `0` means no limit of that kind. Read from the user config only:
+/// a project cannot loosen what confines it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxLimits {
+    /// Processes (and threads) a command may have at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub processes: Option<u64>,
+    /// Address space of each process, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// Largest file a process may write, MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file_size_mb: Option<u64>,
+    /// Open files per process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_files: Option<u64>,
+}
+
+impl SandboxLimits {
+    pub fn is_unset(&self) -> bool {
+        *self == SandboxLimits::default()
+    }
 }
 
 /// `[permissions]`: rule strings, judged by the agent. This crate only carries them.
@@ -299,6 +328,8 @@ pub struct Config {
     /// Permission rules: the user's, then the project's deny and ask rules (restrictions apply
     /// untrusted) and, once the project is trusted, its allow rules.
     pub permissions: Vec<ConfiguredRule>,
+    /// The user's `[sandbox]` limits.
+    pub sandbox: SandboxLimits,
 }
 
 fn add_rules(out: &mut Vec<ConfiguredRule>, kind: RuleKind, rules: &[String], path: &Path) {
@@ -326,6 +357,7 @@ impl Config {
             sources: BTreeMap::new(),
             ignored: Vec::new(),
             permissions: Vec::new(),
+            sandbox: Default::default(),
         };
         let provider = |kind, env: Option<&str>, base: Option<&str>| ProviderConfig {
             kind,
@@ -436,9 +468,17 @@ impl Config {
             ] {
                 add_rules(&mut c.permissions, kind, rules, &path);
             }
+            c.sandbox = file.sandbox;
             c.apply_instructions(file.default_model, file.models, &source);
         }
         if let Some((path, file)) = project {
+            if !file.sandbox.is_unset() {
+                c.ignored.push(IgnoredKey {
+                    key: "sandbox".into(),
+                    path: path.clone(),
+                    reason: "sandbox limits come from the user config only".into(),
+                });
+            }
             let source = ConfigSource::Project {
                 path: path.clone(),
                 trusted: project_trusted,
@@ -952,5 +992,37 @@ model = "qwen3:8b"
         let mut v1_models = v1.clone();
         v1_models.default_model = Some("x".into());
         assert_eq!(v1_models.trusted_digest(), v1.trusted_digest());
+    }
+
+    #[test]
+    fn sandbox_limits_come_from_the_user_config_only() {
+        let user = file("[sandbox]\nprocesses = 256\nmemory_mb = 0\n");
+        let project = file("[sandbox]\nprocesses = 0\nfile_size_mb = 99999\n");
+        let c = Config::merge(
+            Some(("u.toml".into(), user)),
+            Some(("p.toml".into(), project)),
+            true,
+        )
+        .unwrap();
+        assert_eq!(
+            c.sandbox,
+            SandboxLimits {
+                processes: Some(256),
+                memory_mb: Some(0),
+                file_size_mb: None,
+                open_files: None,
+            }
+        );
+        assert!(
+            c.ignored.iter().any(|k| k.key == "sandbox"),
+            "{:?}",
+            c.ignored
+        );
+        let err = "[sandbox]\nproceses = 3\n"
+            .parse::<toml::Table>()
+            .map(|_| ());
+        assert!(err.is_ok());
+        let bad: Result<ConfigFile, _> = toml::from_str("[sandbox]\nproceses = 3\n");
+        assert!(bad.unwrap_err().to_string().contains("proceses"));
     }
 }

@@ -156,6 +156,7 @@ impl PinnedModel {
             sources: BTreeMap::new(),
             ignored: Vec::new(),
             permissions: Vec::new(),
+            sandbox: Default::default(),
         }
     }
 }
@@ -212,6 +213,27 @@ impl Registry {
     /// The configured default model, if any.
     pub fn default_model(&self) -> Option<&str> {
         self.config.default_model.as_deref()
+    }
+
+    /// Every credential this registry can resolve, as (variable, value): the value of each
+    /// configured provider's `api_key_env` that is set, whatever the variable is called
+    /// (`LAB_ACCESS` as much as `ANTHROPIC_API_KEY`). These are secrets anvil itself holds:
+    /// whoever shows text to the model registers them for redaction.
+    pub fn credentials(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .config
+            .providers
+            .values()
+            .filter_map(|p| p.api_key_env.as_ref())
+            .filter_map(|var| {
+                (self.env)(var)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(|value| (var.clone(), value))
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// Resolves an alias or `provider:model` into a ready model (its credential must be set).
@@ -484,6 +506,27 @@ mod tests {
         }
         // Resolving gives the same digest as pinning.
         assert_eq!(reg.resolve("local").unwrap().config_digest, pinned.digest());
+    }
+
+    #[test]
+    fn credentials_are_every_configured_key_whatever_its_name() {
+        let reg = registry(
+            "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1\"\napi_key_env = \"LAB_ACCESS\"\n\n\
+             [providers.lab2]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8081/v1\"\napi_key_env = \"LAB_ACCESS\"\n",
+            &[
+                ("LAB_ACCESS", "lab-access-value"),
+                ("ANTHROPIC_API_KEY", "sk-ant-secret"),
+                ("GEMINI_API_KEY", "  "),
+                ("UNRELATED", "not-a-credential"),
+            ],
+        );
+        assert_eq!(
+            reg.credentials(),
+            [
+                ("ANTHROPIC_API_KEY".to_string(), "sk-ant-secret".to_string()),
+                ("LAB_ACCESS".to_string(), "lab-access-value".to_string()),
+            ]
+        );
     }
 
     #[test]

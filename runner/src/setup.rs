@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
 use anvil_agent::prompt::{PromptBuilder, discover_instructions};
+use anvil_agent::sandbox::limits::Limits;
 use anvil_agent::sandbox::{Confined, Sandbox, SandboxPolicy, View};
 use anvil_agent::secrets::{ChildEnv, Redactor};
 use anvil_agent::tools::register_coding_tools;
@@ -128,7 +129,9 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     };
     let model = registry.resolve(&name)?;
     let prompt = PromptBuilder::for_workspace(&cwd);
-    let agent = agent_for(&model, &cwd, cli, prompt, None, redactor(&registry), events)?;
+    let limits = sandbox_limits(&registry.config().sandbox);
+    let tools = tools(&cwd, cli.sandbox, None, redactor(&registry), limits)?;
+    let agent = agent_for(&model, &cwd, cli, prompt, tools, events);
     Ok(Session {
         agent,
         model,
@@ -167,10 +170,16 @@ fn build_trial(
         &cwd,
         cli,
         prompt,
-        Some(&trial),
-        redactor(&registry),
+        // A trial reads no config file: its commands get anvil's default limits.
+        tools(
+            &cwd,
+            cli.sandbox,
+            Some(&trial),
+            redactor(&registry),
+            Limits::default(),
+        )?,
         events,
-    )?;
+    );
     Ok(Session {
         agent,
         model,
@@ -204,11 +213,15 @@ pub fn tools(
     sandbox: SandboxMode,
     trial: Option<&TrialConfig>,
     redactor: Arc<Redactor>,
+    limits: Limits,
 ) -> Result<ToolRegistry, SetupError> {
     let access = FileAccess::workspace(cwd)
         .map_err(|e| SetupError(format!("cannot open the workspace {}: {e}", cwd.display())))?;
     let mut tools = ToolRegistry::new().with_redactor(redactor);
-    let sandbox = Arc::new(trial_sandbox(Sandbox::new(policy(sandbox), cwd), trial));
+    let sandbox = Arc::new(trial_sandbox(
+        Sandbox::new(policy(sandbox), cwd).with_limits(limits),
+        trial,
+    ));
     register_coding_tools(&mut tools, Arc::new(access), ChildEnv::default(), sandbox)
         .map_err(|e| SetupError(e.to_string()))?;
     Ok(tools)
@@ -231,15 +244,30 @@ fn trial_sandbox(sandbox: Sandbox, trial: Option<&TrialConfig>) -> Sandbox {
     }
 }
 
+/// The user's `[sandbox]` limits over anvil's defaults (`0`: no limit of that kind).
+pub fn sandbox_limits(config: &anvil_llm::config::SandboxLimits) -> Limits {
+    let defaults = Limits::default();
+    let pick = |set: Option<u64>, scale: u64, default: Option<u64>| match set {
+        Some(0) => None,
+        Some(n) => Some(n.saturating_mul(scale)),
+        None => default,
+    };
+    Limits {
+        processes: pick(config.processes, 1, defaults.processes),
+        memory_bytes: pick(config.memory_mb, 1 << 20, defaults.memory_bytes),
+        file_size_bytes: pick(config.file_size_mb, 1 << 20, defaults.file_size_bytes),
+        open_files: pick(config.open_files, 1, defaults.open_files),
+    }
+}
+
 fn agent_for(
     model: &ResolvedModel,
     cwd: &Path,
     cli: &Cli,
     prompt: PromptBuilder,
-    trial: Option<&TrialConfig>,
-    redactor: Arc<Redactor>,
+    tools: ToolRegistry,
     events: EventSink,
-) -> Result<Agent, SetupError> {
+) -> Agent {
     let cfg = AgentConfig {
         model: model.model.clone(),
         system: Some(prompt.build()),
@@ -248,11 +276,37 @@ fn agent_for(
         prompt_cache_key: model.prompt_cache_key.then(|| prompt_cache_key(cwd)),
         ..AgentConfig::default()
     };
-    Ok(Agent::new(
+    Agent::new(
         Arc::clone(&model.provider),
-        Arc::new(tools(cwd, cli.sandbox, trial, redactor)?),
+        Arc::new(tools),
         cfg,
         cwd,
         events,
-    ))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configured_limits_override_the_defaults_and_zero_lifts_one() {
+        let defaults = Limits::default();
+        let set = anvil_llm::config::SandboxLimits {
+            processes: Some(100),
+            memory_mb: Some(0),
+            file_size_mb: Some(2),
+            open_files: None,
+        };
+        assert_eq!(
+            sandbox_limits(&set),
+            Limits {
+                processes: Some(100),
+                memory_bytes: None,
+                file_size_bytes: Some(2 << 20),
+                open_files: defaults.open_files,
+            }
+        );
+        assert_eq!(sandbox_limits(&Default::default()), defaults);
+    }
 }

@@ -172,6 +172,19 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
     a
 }
 
+/// A file holding `options` NUL-separated, at offset 0, for bubblewrap's `--args FD`.
+pub fn args_file(options: &[String]) -> Result<std::fs::File, String> {
+    use std::io::{Seek, Write};
+    let io = |e: std::io::Error| format!("cannot write the sandbox's arguments: {e}");
+    let mut file = tempfile::tempfile().map_err(io)?;
+    for o in options {
+        file.write_all(o.as_bytes()).map_err(io)?;
+        file.write_all(&[0]).map_err(io)?;
+    }
+    file.rewind().map_err(io)?;
+    Ok(file)
+}
+
 /// `spec` run inside bubblewrap under `policy`. `FullAccess` returns it unchanged.
 pub fn wrap(
     bwrap: &Path,

@@ -7,6 +7,7 @@
 
 pub mod bwrap;
 pub mod credentials;
+pub mod limits;
 pub mod seatbelt;
 pub mod seccomp;
 
@@ -60,8 +61,9 @@ pub const SYSTEM_PATHS: &[&str] = &[
 
 impl Confined {
     /// The system directories plus the toolchains commands need: every directory on `path`
-    /// (one under `home` exposes its top directory there, e.g. `~/.cargo`, `~/.pyenv`, so a
-    /// toolchain's own files come with its `bin/`), and rustup's home.
+    /// (one under a hidden directory of `home` exposes that directory, e.g. `~/.cargo`,
+    /// `~/.pyenv`, so a toolchain's own files come with its `bin/`; any other shows only
+    /// itself — `~/src/anvil/target/debug` must not bring the checkout), and rustup's home.
     pub fn for_host(home: Option<&Path>, path: Option<&std::ffi::OsStr>) -> Confined {
         let mut read_only: Vec<PathBuf> = SYSTEM_PATHS.iter().map(PathBuf::from).collect();
         let mut add = |p: PathBuf| {
@@ -76,11 +78,13 @@ impl Confined {
             .unwrap_or_default()
         {
             match home.and_then(|h| dir.strip_prefix(h).ok().map(|rel| (h, rel))) {
-                Some((h, rel)) => {
-                    if let Some(first) = rel.components().next() {
-                        add(h.join(first));
+                Some((h, rel)) => match rel.components().next() {
+                    Some(first) if first.as_os_str().to_string_lossy().starts_with('.') => {
+                        add(h.join(first))
                     }
-                }
+                    Some(_) => add(dir.clone()),
+                    None => {}
+                },
                 None => add(dir),
             }
         }
@@ -121,6 +125,24 @@ pub struct Mounts {
 #[derive(Debug, Default)]
 pub struct SandboxGuard {
     created: Vec<PathBuf>,
+    /// The pids cgroup made for the command, removed once it is empty.
+    cgroup: Option<PathBuf>,
+    processes: Option<u64>,
+}
+
+impl SandboxGuard {
+    /// What to tell the caller about the command's limits, once it has ended: whether it ran
+    /// into the process limit.
+    pub fn limit_note(&self) -> Option<String> {
+        let cgroup = self.cgroup.as_ref()?;
+        limits::hit_process_limit(cgroup).then(|| {
+            format!(
+                "The command reached the sandbox's limit of {} processes; new processes were \
+                 refused (a fork bomb, or a build with too much parallelism).",
+                self.processes.unwrap_or_default()
+            )
+        })
+    }
 }
 
 impl Drop for SandboxGuard {
@@ -128,6 +150,15 @@ impl Drop for SandboxGuard {
         for dir in &self.created {
             // Only an empty directory is removed: anything else was not ours.
             let _ = std::fs::remove_dir(dir);
+        }
+        if let Some(cgroup) = &self.cgroup {
+            // The command's process group is gone; its last members may take a moment.
+            for _ in 0..50 {
+                if std::fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
         }
     }
 }
@@ -187,6 +218,7 @@ pub struct Sandbox {
     view: View,
     hidden: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
+    limits: limits::Limits,
     backend: Backend,
     probe: std::sync::OnceLock<Result<(), SandboxError>>,
 }
@@ -202,6 +234,7 @@ impl Sandbox {
             view: View::Host,
             hidden: Vec::new(),
             read_only: Vec::new(),
+            limits: limits::Limits::default(),
             backend: Backend::detect(),
             probe: std::sync::OnceLock::new(),
         }
@@ -248,6 +281,16 @@ impl Sandbox {
     pub fn with_read_only(mut self, paths: Vec<PathBuf>) -> Self {
         self.read_only = paths;
         self
+    }
+
+    /// Bounds each command by `limits` (default: [`limits::Limits::default`]).
+    pub fn with_limits(mut self, limits: limits::Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    pub fn limits(&self) -> limits::Limits {
+        self.limits
     }
 
     /// Uses this bubblewrap (or none: every sandboxed call then fails closed).
@@ -345,6 +388,8 @@ impl Sandbox {
                     // The probe must not leave reserved mount points behind either.
                     let _cleanup = SandboxGuard {
                         created: mounts.reserved,
+                        cgroup: None,
+                        processes: None,
                     };
                     bwrap::works_with(bwrap, &args).map_err(SandboxError::Broken)
                 }
@@ -399,11 +444,69 @@ impl Sandbox {
             let filter = seccomp::filter_file().map_err(SandboxError::Broken)?;
             mounts.seccomp_fd = Some(spec.pass_fd(std::sync::Arc::new(filter.into())));
         }
+        // Processes: a pids cgroup where one can be made, else RLIMIT_NPROC unless root.
+        let root = nix::unistd::geteuid().is_root();
+        let bound = match self.limits.processes {
+            None => limits::ProcessBound::NotAsked,
+            Some(max) => match limits::pids_cgroup_parent()
+                .and_then(|parent| limits::make_pids_cgroup(&parent, max).ok())
+            {
+                Some(dir) => limits::ProcessBound::Cgroup(dir),
+                None if root => limits::ProcessBound::Unbounded,
+                None => limits::ProcessBound::Rlimit,
+            },
+        };
+        // Inside the sandbox, the rlimits first, then the command.
+        let mut inner = vec![
+            "-c".to_string(),
+            self.limits.prologue(bound == limits::ProcessBound::Rlimit),
+            "anvil-limits".to_string(),
+            spec.program.clone(),
+        ];
+        inner.append(&mut spec.args);
+        spec.program = "bash".into();
+        spec.args = inner;
+        // bubblewrap's options go through a descriptor (`--args FD`), not the command line:
+        // inside the sandbox /proc shows bubblewrap's argv, which would name every hidden path.
+        let options = bwrap::args(self.policy, &mounts, &spec.cwd);
+        let file = bwrap::args_file(&options[..options.len() - 1]).map_err(SandboxError::Broken)?;
+        let args_fd = spec.pass_fd(std::sync::Arc::new(file.into()));
+        let mut argv = vec![
+            "--args".to_string(),
+            args_fd.to_string(),
+            "--".to_string(),
+            spec.program.clone(),
+        ];
+        argv.append(&mut spec.args);
+        let mut wrapped = crate::process::ProcessSpec {
+            program: bwrap.display().to_string(),
+            args: argv,
+            ..spec
+        };
+        let cgroup = match bound {
+            limits::ProcessBound::Cgroup(dir) => {
+                // On the host, the launcher joins the cgroup, then becomes bubblewrap: every
+                // process of the command is born inside it.
+                let mut outer = vec![
+                    "-c".to_string(),
+                    "echo $$ > \"$0/cgroup.procs\" && exec \"$@\"".to_string(),
+                    dir.display().to_string(),
+                    wrapped.program.clone(),
+                ];
+                outer.append(&mut wrapped.args);
+                wrapped.program = "/bin/sh".into();
+                wrapped.args = outer;
+                Some(dir)
+            }
+            _ => None,
+        };
         let guard = SandboxGuard {
             // bubblewrap creates these mount points in the (writable) workspace.
             created: mounts.reserved.clone(),
+            cgroup,
+            processes: self.limits.processes,
         };
-        Ok((bwrap::wrap(bwrap, spec, self.policy, &mounts), guard))
+        Ok((wrapped, guard))
     }
 
     /// Seatbelt: `.git`/`.anvil` are denied by the profile whether or not they exist, so no

@@ -107,8 +107,12 @@ impl TypedTool for Bash {
         let out = process::run(&spec, &ctx.cancel)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
+        let limit_note = guard.limit_note();
         drop(guard);
-        let streams = format_streams(&out.stdout.text(), &out.stderr.text());
+        let mut streams = format_streams(&out.stdout.text(), &out.stderr.text());
+        if let Some(note) = limit_note {
+            streams.push_str(&format!("\n{note}"));
+        }
         match out.termination {
             Termination::Exited(code) => Ok(format!("Exit code: {code}\n{streams}")),
             Termination::Signaled(sig) => Ok(format!("Killed by signal {sig}\n{streams}")),

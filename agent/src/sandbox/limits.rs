@@ -1,0 +1,198 @@
+//! Resource limits of a sandboxed command: processes, memory, file size and open files, so a
+//! fork bomb, a runaway allocation or a file that fills the disk ends that command and leaves
+//! the host and the agent responsive.
+//!
+//! - Memory (address space), file size and open files are rlimits, set inside the sandbox by
+//!   a tiny bash prologue before the command runs, soft and hard alike (raising a hard limit
+//!   needs a capability the sandbox does not have). They bind root too.
+//! - Processes: `RLIMIT_NPROC` counts every process of the host uid and does not bind uid 0
+//!   at all (a process of host root is exempt), so processes are bounded by a **pids cgroup**
+//!   when one can be made (cgroup v1's `pids` hierarchy, or a cgroup v2 directory whose
+//!   `pids` controller is delegated to anvil's cgroup); failing that, an unprivileged anvil
+//!   falls back to `RLIMIT_NPROC` (which then counts the user's other processes too), and a
+//!   root anvil without a pids cgroup has no process bound — [`ProcessBound`] says which.
+
+use std::path::{Path, PathBuf};
+
+/// The limits of one command. `None`: no limit of that kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Processes (and threads) the command may have at once.
+    pub processes: Option<u64>,
+    /// Address space of each process, bytes.
+    pub memory_bytes: Option<u64>,
+    /// Largest file a process may write, bytes.
+    pub file_size_bytes: Option<u64>,
+    /// Open files per process.
+    pub open_files: Option<u64>,
+}
+
+impl Default for Limits {
+    /// Large enough for `cargo build`, small enough to keep the machine: 4,096 processes,
+    /// three quarters of physical memory (at least 4 GiB) of address space, 16 GiB files,
+    /// 8,192 open files.
+    fn default() -> Self {
+        let memory = physical_memory()
+            .map(|m| (m / 4 * 3).max(4 << 30))
+            .unwrap_or(16 << 30);
+        Self {
+            processes: Some(4096),
+            memory_bytes: Some(memory),
+            file_size_bytes: Some(16 << 30),
+            open_files: Some(8192),
+        }
+    }
+}
+
+impl Limits {
+    /// No limits at all.
+    pub const NONE: Limits = Limits {
+        processes: None,
+        memory_bytes: None,
+        file_size_bytes: None,
+        open_files: None,
+    };
+
+    /// The bash prologue that sets the rlimits, then runs the command (`"$@"`). `nproc`:
+    /// whether to bound processes by `RLIMIT_NPROC` too (when no pids cgroup does).
+    pub fn prologue(&self, nproc: bool) -> String {
+        let mut parts = Vec::new();
+        if let Some(m) = self.memory_bytes {
+            parts.push(format!("ulimit -v {}", m / 1024));
+        }
+        if let Some(f) = self.file_size_bytes {
+            parts.push(format!("ulimit -f {}", f / 1024));
+        }
+        if let Some(n) = self.open_files {
+            parts.push(format!("ulimit -n {n}"));
+        }
+        if nproc && let Some(p) = self.processes {
+            parts.push(format!("ulimit -u {p}"));
+        }
+        parts.push("exec \"$@\"".into());
+        parts.join(" && ")
+    }
+}
+
+/// How processes are bounded for one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessBound {
+    /// A pids cgroup made for the command (removed after it).
+    Cgroup(PathBuf),
+    /// `RLIMIT_NPROC` (anvil is not root).
+    Rlimit,
+    /// Nothing: anvil runs as root and no pids cgroup can be made here.
+    Unbounded,
+    /// No process limit was asked for.
+    NotAsked,
+}
+
+fn physical_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Where pids cgroups for commands can be made on this machine, if anywhere.
+pub fn pids_cgroup_parent() -> Option<PathBuf> {
+    // cgroup v1: the pids hierarchy's root (or anvil's own place in it).
+    let v1 = Path::new("/sys/fs/cgroup/pids");
+    if v1.join("cgroup.procs").is_file() {
+        let own = own_cgroup("pids").map(|p| v1.join(p.trim_start_matches('/')));
+        for dir in own.into_iter().chain([v1.to_path_buf()]) {
+            if writable_dir(&dir) {
+                return Some(dir);
+            }
+        }
+    }
+    // cgroup v2: anvil's own cgroup, if the pids controller is delegated to its children.
+    for mount in [
+        Path::new("/sys/fs/cgroup"),
+        Path::new("/sys/fs/cgroup/unified"),
+    ] {
+        if !mount.join("cgroup.controllers").is_file() {
+            continue;
+        }
+        let own = own_cgroup("").map(|p| mount.join(p.trim_start_matches('/')))?;
+        let delegated = std::fs::read_to_string(own.join("cgroup.subtree_control"))
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"));
+        if delegated && writable_dir(&own) {
+            return Some(own);
+        }
+    }
+    None
+}
+
+/// This process's cgroup path for `controller` (`""`: the v2 unified line).
+fn own_cgroup(controller: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines().find_map(|line| {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let matches = if controller.is_empty() {
+            controllers.is_empty()
+        } else {
+            controllers.split(',').any(|c| c == controller)
+        };
+        matches.then(|| path.to_string())
+    })
+}
+
+fn writable_dir(dir: &Path) -> bool {
+    dir.is_dir() && nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+/// A pids cgroup for one command under `parent`, holding at most `max` processes.
+pub fn make_pids_cgroup(parent: &Path, max: u64) -> std::io::Result<PathBuf> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = parent.join(format!("anvil-{}-{n}", std::process::id()));
+    std::fs::create_dir(&dir)?;
+    if let Err(e) = std::fs::write(dir.join("pids.max"), max.to_string()) {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(e);
+    }
+    Ok(dir)
+}
+
+/// Whether the command in `cgroup` was refused a process because of the limit.
+pub fn hit_process_limit(cgroup: &Path) -> bool {
+    std::fs::read_to_string(cgroup.join("pids.events")).is_ok_and(|e| {
+        e.lines()
+            .find_map(|l| l.strip_prefix("max "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_prologue_sets_each_limit_then_runs_the_command() {
+        let limits = Limits {
+            processes: Some(100),
+            memory_bytes: Some(2 << 30),
+            file_size_bytes: Some(1 << 20),
+            open_files: Some(64),
+        };
+        assert_eq!(
+            limits.prologue(true),
+            "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && ulimit -u 100 && exec \"$@\""
+        );
+        assert_eq!(
+            limits.prologue(false),
+            "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && exec \"$@\""
+        );
+        assert_eq!(Limits::NONE.prologue(true), "exec \"$@\"");
+        let d = Limits::default();
+        assert!(d.memory_bytes.unwrap() >= 4 << 30);
+    }
+}
