@@ -1,6 +1,27 @@
 //! `anvil-evals`: run sweeps on the job queue, run workers, grade a workspace, validate tasks,
 //! report on results. See `anvil-evals --help`.
 
+/// `println!` for standard output that a closed pipe ends quietly (`anvil-evals grade --json |
+/// head`): exit 141 as a process killed by SIGPIPE would, instead of a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(141);
+        }
+    }};
+}
+
+/// `print!` likewise.
+macro_rules! out_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if write!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(141);
+        }
+    }};
+}
+
 mod sweeps;
 
 use std::path::{Path, PathBuf};
@@ -185,10 +206,11 @@ fn main() -> ExitCode {
             let opts = GradeOptions {
                 keep_dir: keep,
                 unsandboxed: unsandboxed_grading,
+                grading_root: None,
             };
             let result = rt.block_on(grade(&task, &workspace, &opts));
             if json {
-                println!(
+                out!(
                     "{}",
                     serde_json::to_string_pretty(&result).unwrap_or_default()
                 );
@@ -200,21 +222,21 @@ fn main() -> ExitCode {
                     Verdict::Tampered => "TAMPERED",
                     Verdict::GraderError => "GRADER ERROR",
                 };
-                println!("{verdict}: {} — {}", task.spec.name, result.reason);
+                out!("{verdict}: {} — {}", task.spec.name, result.reason);
                 for t in &result.tests {
-                    println!("  {:<8} {}", t.outcome, t.id);
+                    out!("  {:<8} {}", t.outcome, t.id);
                 }
                 for f in &result.tamper {
-                    println!("  tamper: {} {}: {}", f.kind, f.path, f.detail);
+                    out!("  tamper: {} {}: {}", f.kind, f.path, f.detail);
                 }
                 if !result.skipped.is_empty() {
                     let skipped: Vec<&str> =
                         result.skipped.iter().map(|s| s.path.as_str()).collect();
-                    println!("  not copied for grading: {}", skipped.join(", "));
+                    out!("  not copied for grading: {}", skipped.join(", "));
                 }
-                println!("  sandbox: {}", result.sandbox);
+                out!("  sandbox: {}", result.sandbox);
                 if result.verdict != Verdict::Pass && !result.output_tail.is_empty() {
-                    println!(
+                    out!(
                         "--- check output (tail) ---\n{}",
                         result.output_tail.trim_end()
                     );
@@ -234,6 +256,7 @@ fn main() -> ExitCode {
             let opts = GradeOptions {
                 keep_dir: false,
                 unsandboxed: unsandboxed_grading,
+                grading_root: None,
             };
             let root = match tempfile::Builder::new().prefix("anvil-validate-").tempdir() {
                 Ok(r) => r,
@@ -258,7 +281,7 @@ fn main() -> ExitCode {
                     Ok(t) => t,
                     Err(e) => {
                         all_ok = false;
-                        println!("INVALID {}: {e}", dir.display());
+                        out!("INVALID {}: {e}", dir.display());
                         continue;
                     }
                 };
@@ -267,26 +290,26 @@ fn main() -> ExitCode {
                         all_ok &= v.ok;
                         if !json {
                             match &v.problem {
-                                None => println!(
+                                None => out!(
                                     "ok      {} (fails untouched, passes solved in {} ms of {} s; sandbox: {})",
                                     v.task,
                                     v.solution_check_ms,
                                     task.spec.check.timeout_secs,
                                     v.solved.sandbox
                                 ),
-                                Some(p) => println!("UNSOUND {}: {p}", v.task),
+                                Some(p) => out!("UNSOUND {}: {p}", v.task),
                             }
                         }
                         results.push(v);
                     }
                     Err(e) => {
                         all_ok = false;
-                        println!("ERROR   {}: {e}", task.spec.name);
+                        out!("ERROR   {}: {e}", task.spec.name);
                     }
                 }
             }
             if json {
-                println!(
+                out!(
                     "{}",
                     serde_json::to_string_pretty(&results).unwrap_or_default()
                 );
@@ -342,9 +365,9 @@ fn main() -> ExitCode {
                 Format::Json => render::json(&r),
                 Format::Html => render::html(&r),
             };
-            print!("{text}");
+            out_raw!("{text}");
             if !text.ends_with('\n') {
-                println!();
+                out!();
             }
             ExitCode::SUCCESS
         }

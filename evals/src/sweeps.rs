@@ -95,6 +95,7 @@ impl WorkerArgs {
             grade: GradeOptions {
                 unsandboxed: self.unsandboxed_grading,
                 keep_dir: false,
+                grading_root: None,
             },
             env: std::env::vars().collect(),
             slack: Duration::from_secs(120),
@@ -251,7 +252,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
             .unwrap_or_default();
         eprintln!("run workers with:  anvil-evals worker{queue_flag}");
         eprintln!("watch it with:     anvil-evals status{queue_flag} --sweep {id}");
-        println!("{id}");
+        out!("{id}");
         return Ok(ExitCode::SUCCESS);
     }
     let shutdown = CancellationToken::new();
@@ -326,7 +327,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let trials = anvil_report::summary::Trials::read(records.join("\n").as_bytes(), &id)
         .map_err(|e| anyhow!("reading the results of {id}: {e}"))?;
     let report = anvil_report::summary::report(&trials, &args.k, None);
-    print!("{}", anvil_report::render::table(&report));
+    out_raw!("{}", anvil_report::render::table(&report));
     let incomplete = counts.get(TrialState::InfraError)
         + counts.get(TrialState::Cancelled)
         + (counts.total() - counts.finished());
@@ -419,28 +420,28 @@ fn counts_line(counts: &Counts) -> String {
 
 pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode> {
     let (db, location) = open_existing(queue, 2).await?;
-    println!("queue: {location}");
-    println!("jobs waiting: {}", db.queue_depth().await?);
+    out!("queue: {location}");
+    out!("jobs waiting: {}", db.queue_depth().await?);
     match sweep {
         Some(id) => {
             let row = db.sweep(id).await?.ok_or_else(|| {
                 anyhow!("no sweep '{id}' in {location} (run `anvil-evals status` to list them)")
             })?;
-            println!(
+            out!(
                 "sweep {id}{}: anvil {}, started {}",
                 if row.cancelled { " (cancelled)" } else { "" },
                 row.anvil_git_sha,
                 age(row.created_at_ms)
             );
-            println!("  {}", counts_line(&db.counts(id).await?));
+            out!("  {}", counts_line(&db.counts(id).await?));
         }
         None => {
             let sweeps = db.sweeps().await?;
             if sweeps.is_empty() {
-                println!("no sweeps yet");
+                out!("no sweeps yet");
             }
             for (id, created, cancelled) in sweeps.iter().take(20) {
-                println!(
+                out!(
                     "sweep {id}{} (started {}): {}",
                     if *cancelled { " (cancelled)" } else { "" },
                     age(*created),
@@ -451,9 +452,9 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
     }
     let running = db.running(sweep).await?;
     if !running.is_empty() {
-        println!("running:");
+        out!("running:");
         for r in running {
-            println!(
+            out!(
                 "  {} attempt {} on {} (started {})",
                 r.key,
                 r.attempt,
@@ -463,12 +464,12 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
         }
     }
     let workers = db.workers(now_ms() - 24 * 3600 * 1000).await?;
-    println!("workers (last 24 h):");
+    out!("workers (last 24 h):");
     if workers.is_empty() {
-        println!("  none");
+        out!("  none");
     }
     for w in workers {
-        println!(
+        out!(
             "  {} (host {}, pid {}): last heartbeat {}{}",
             w.name,
             w.host,

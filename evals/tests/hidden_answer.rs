@@ -62,8 +62,38 @@ async fn a_trial_cannot_find_the_answer_from_inside() {
     // Not under /tmp: every sandbox has a private /tmp, which would hide it whatever the view.
     let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let h = home.path();
-    let tasks = h.join("tasks");
+    // The tasks live in a git checkout under HOME, and PATH has a directory inside it (as a
+    // worker running a freshly built anvil would): neither the checkout, its history nor the
+    // tasks beside t1 may show.
+    let checkout = h.join("anvil");
+    let tasks = checkout.join("evals/tasks");
     support::task(&tasks, "t1");
+    support::task(&tasks, "t2-sibling");
+    let bin = checkout.join("target/debug");
+    std::fs::create_dir_all(&bin).unwrap();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "-c",
+                "commit.gpgsign=false",
+            ])
+            .args(args)
+            .current_dir(&checkout)
+            .output()
+            .unwrap();
+        assert!(
+            ok.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ok.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "tasks"]);
     let workspaces = h.join("trials");
     let data = h.join("data");
     // Another trial's workspace, as it would be mid-sweep, with the answer in it.
@@ -75,11 +105,14 @@ async fn a_trial_cannot_find_the_answer_from_inside() {
          find / -name 'answer.txt' -not -path '/proc/*' 2>/dev/null; \
          find / -name 'queue.db*' -not -path '/proc/*' 2>/dev/null; echo FIND-END; \
          cat {solution} && echo READ-SOLUTION; cat {sibling} && echo READ-SIBLING; \
-         ls {data} && echo LISTED-DATA; ls {tasks} && echo LISTED-TASKS; echo PROBE-DONE",
+         ls {data} && echo LISTED-DATA; ls {tasks} && echo LISTED-TASKS; \
+         git -c safe.directory='*' -C {checkout} show HEAD:evals/tasks/t1/solution/answer.txt && echo READ-GIT; \
+         ls {checkout}/evals && echo LISTED-CHECKOUT; echo ARGV; tr '\\0' '\\n' < /proc/1/cmdline | head -3; echo PROBE-DONE",
         solution = tasks.join("t1/solution/answer.txt").display(),
         sibling = sibling.join("answer.txt").display(),
         data = data.display(),
         tasks = tasks.display(),
+        checkout = checkout.display(),
     );
     let seen = Arc::new(Mutex::new(Vec::new()));
     let server = MockServer::start().await;
@@ -102,7 +135,14 @@ async fn a_trial_cannot_find_the_answer_from_inside() {
         .arg("--workspaces")
         .arg(&workspaces)
         .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
         .env("HOME", h)
         .env("XDG_CONFIG_HOME", h.join("cfg"))
         .env("XDG_DATA_HOME", &data)
@@ -119,28 +159,31 @@ async fn a_trial_cannot_find_the_answer_from_inside() {
         String::from_utf8_lossy(&out.stderr)
     );
     let seen = seen.lock().unwrap();
-    assert_eq!(seen.len(), 1, "the probe ran once");
-    let result = &seen[0];
-    assert!(
-        result.contains("FIND-START") && result.contains("PROBE-DONE"),
-        "the probe ran to its end: {result}"
-    );
-    // stderr names the paths it could not open; stdout is what the command found.
-    let stdout = result.split("stderr:").next().unwrap();
-    assert!(
-        stdout.contains("FIND-START\\nFIND-END"),
-        "find / found something: {result}"
-    );
-    for leak in [
-        "test_answer.py",
-        "answer.txt",
-        "queue.db",
-        "READ-SOLUTION",
-        "READ-SIBLING",
-        "LISTED-DATA",
-        "LISTED-TASKS",
-        "p1.t1-good",
-    ] {
-        assert!(!stdout.contains(leak), "the trial saw {leak}: {result}");
+    assert_eq!(seen.len(), 2, "the probe ran once per task");
+    for result in seen.iter() {
+        assert!(
+            result.contains("FIND-START") && result.contains("PROBE-DONE"),
+            "the probe ran to its end: {result}"
+        );
+        // stderr names the paths it could not open; stdout is what the command found.
+        let stdout = result.split("stderr:").next().unwrap();
+        assert!(
+            stdout.contains("FIND-START\\nFIND-END"),
+            "find / found something: {result}"
+        );
+        for leak in [
+            "test_answer.py",
+            "answer.txt",
+            "queue.db",
+            "READ-SOLUTION",
+            "READ-SIBLING",
+            "LISTED-DATA",
+            "LISTED-TASKS",
+            "READ-GIT",
+            "LISTED-CHECKOUT",
+            "p1.t1-good",
+        ] {
+            assert!(!stdout.contains(leak), "the trial saw {leak}: {result}");
+        }
     }
 }

@@ -418,8 +418,8 @@ async fn killed_run_resumes(postgres: bool) {
     );
 
     // A changed grader under the same id is refused, and nothing is enqueued.
-    let check = s.tasks.join("t1/grader/check.sh");
-    std::fs::write(&check, "grep -qx 43 answer.txt\n").unwrap();
+    let check = s.tasks.join("t1").join(support::ANSWER_TEST);
+    std::fs::write(&check, support::answer_test("43")).unwrap();
     let out = output(s.command(&argv));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -427,7 +427,7 @@ async fn killed_run_resumes(postgres: bool) {
         err.contains("sweep resume already exists") && err.contains("task t1 changed (grader/)"),
         "{err}"
     );
-    std::fs::write(&check, "grep -qx 42 answer.txt\n").unwrap();
+    std::fs::write(&check, support::answer_test("42")).unwrap();
 
     let out = resume_keeps_finished(&s, &argv, "resume", &before, 8);
     assert!(

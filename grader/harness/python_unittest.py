@@ -175,6 +175,26 @@ def _changes(before, after):
     return [".".join(k) for k in changed + added]
 
 
+# What unittest itself keeps on a test class while running it.
+_UNITTEST_CLASS_STATE = {"tearDown_exceptions", "_classSetupFailed", "_class_cleanups"}
+
+
+def _test_snapshot(modules):
+    """The protected test modules' globals and their classes' attributes: code under test that
+    rewrites a test's helpers (`type`, a checking function) changes these."""
+    snap = {}
+    for file_part, (module, _) in modules.items():
+        if module is None:
+            continue
+        for name, value in vars(module).items():
+            snap[(file_part, name)] = value
+            if isinstance(value, type) and getattr(value, "__module__", None) == module.__name__:
+                for attr, v in vars(value).items():
+                    if attr not in _UNITTEST_CLASS_STATE:
+                        snap[(file_part, name + "." + attr)] = v
+    return snap
+
+
 class _Channel:
     def __init__(self, fd):
         # A private, non-inheritable copy; the number the grader used is closed so that
@@ -319,12 +339,28 @@ def main():
             chan.send(event="test", id=test_id, outcome="missing", detail="no such test")
             continue
         before = _snapshot()
+        before_tests = _test_snapshot(modules)
         result = _Collect()
+        returned = []
         try:
-            unittest.TestSuite([cls(method)]).run(result)
+            case = cls(method)
+            original = getattr(case, method)
+
+            def _run_and_note(*args, **kwargs):
+                # unittest can swallow some exceptions (its private _ShouldStop) and report
+                # success; a pass needs the test method itself to have returned.
+                value = original(*args, **kwargs)
+                returned.append(True)
+                return value
+
+            setattr(case, method, _run_and_note)
+            unittest.TestSuite([case]).run(result)
         except BaseException as e:  # noqa: BLE001
             result._set("error", (type(e), e, e.__traceback__))
-        changed = _changes(before, _snapshot())
+        if result.outcome in (None, "passed") and not returned:
+            result.outcome = "error"
+            result.detail = "the test method never returned (its run was cut short)"
+        changed = _changes(before, _snapshot()) + _changes(before_tests, _test_snapshot(modules))
         if changed:
             chan.send(
                 event="tamper",

@@ -84,6 +84,9 @@ pub struct GradeOptions {
     pub unsandboxed: bool,
     /// Keep the grading directory (its path is in the reason) for debugging.
     pub keep_dir: bool,
+    /// Where grading directories are made (default: the system temp dir). Best on a
+    /// filesystem the trials' workspaces cannot fill.
+    pub grading_root: Option<PathBuf>,
 }
 
 /// Bytes of output kept from each end of each stream.
@@ -281,7 +284,13 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
             return result;
         }
     }
-    let dir = match tempfile::Builder::new().prefix("anvil-grade-").tempdir() {
+    let made = match &opts.grading_root {
+        Some(root) => tempfile::Builder::new()
+            .prefix("anvil-grade-")
+            .tempdir_in(root),
+        None => tempfile::Builder::new().prefix("anvil-grade-").tempdir(),
+    };
+    let dir = match made {
         Ok(d) => d,
         Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
     };
@@ -293,7 +302,8 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
         result.sandbox = "none (--unsandboxed-grading)".into();
         None
     } else {
-        let hidden = vec![task.dir.clone(), workspace.clone()];
+        let mut hidden = task.answer_paths();
+        hidden.push(workspace.clone());
         let sandbox = grading_sandbox(&grading, hidden.clone(), Vec::new());
         if let Err(e) = sandbox.probe() {
             return error(result, format!("no sandbox to grade in: {e}"));
@@ -324,6 +334,25 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
     };
     match tree::copy(&workspace, &work, &policy) {
         Ok(copied) => result.skipped = copied.skipped,
+        Err(e) if e.source.raw_os_error() == Some(libc::ENOSPC) => {
+            // A disk filled by the agent's own workspace is the model's doing, not a grader
+            // error to retry (a free re-roll).
+            let used = allocated_bytes(&workspace);
+            if used >= FILLED_DISK_BYTES {
+                result.verdict = Verdict::Tampered;
+                result.tamper.push(TamperFinding::new(
+                    "",
+                    "oversized_file",
+                    format!("the workspace holds {used} bytes on disk and filled it"),
+                ));
+                result.reason = format!(
+                    "the workspace filled the disk ({used} bytes): not graded, counted as tampered"
+                );
+                result.duration_ms = started.elapsed().as_millis() as u64;
+                return result;
+            }
+            return error(result, format!("cannot copy the workspace: {e}"));
+        }
         Err(e) => return error(result, format!("cannot copy the workspace: {e}")),
     }
     for s in &result.skipped {
@@ -351,6 +380,7 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
         &work,
         &task.repo(),
         &task.spec.check.protected,
+        task.spec.check.runner == TestRunner::CargoTest,
     ));
     if let Err(e) = remove_infrastructure(&work, Path::new("")) {
         return error(result, format!("cannot prepare the grading directory: {e}"));
@@ -417,6 +447,37 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
     };
     result.duration_ms = started.elapsed().as_millis() as u64;
     result
+}
+
+/// A workspace holding this much on disk when the grading copy runs out of space is taken to
+/// have filled the disk itself.
+const FILLED_DISK_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The disk space `dir` takes (allocated blocks, links not followed, bounded walk).
+fn allocated_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    let mut seen = 0usize;
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > 1_000_000 {
+                return total;
+            }
+            let Ok(m) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            total += m.blocks() * 512;
+            if m.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    total
 }
 
 /// Removes workspace cargo config and toolchain files (see [`tamper`]).
@@ -744,6 +805,8 @@ struct TestBinary {
     target: String,
     kind: String,
     executable: PathBuf,
+    /// The source the target was built from.
+    src_path: PathBuf,
 }
 
 /// The test executables in `cargo test --no-run --message-format=json` output.
@@ -763,11 +826,16 @@ fn test_binaries(json_lines: &str) -> Vec<TestBinary> {
             .pointer("/target/kind/0")
             .and_then(|k| k.as_str())
             .unwrap_or_default();
+        let src = v
+            .pointer("/target/src_path")
+            .and_then(|s| s.as_str())
+            .unwrap_or_default();
         if let (true, Some(exe), Some(name)) = (test, exe, name) {
             out.push(TestBinary {
                 target: name.to_string(),
                 kind: kind.to_string(),
                 executable: PathBuf::from(exe),
+                src_path: PathBuf::from(src),
             });
         }
     }
@@ -842,6 +910,28 @@ async fn run_cargo(
         }
     }
     let binaries = test_binaries(&built.stdout.text());
+    // Whatever the manifest says, an expected target must be built from its protected file.
+    let mut tamper = Vec::new();
+    for b in &binaries {
+        let expected = work.join("tests").join(format!("{}.rs", b.target));
+        let wanted = task
+            .spec
+            .check
+            .tests
+            .iter()
+            .any(|id| id.split_once("::").is_some_and(|(t, _)| t == b.target));
+        if b.kind == "test" && wanted && b.src_path != expected {
+            tamper.push(TamperFinding::new(
+                format!("tests/{}.rs", b.target),
+                "manifest_test_settings",
+                format!(
+                    "test target {} is built from {}, not from its protected file",
+                    b.target,
+                    b.src_path.display()
+                ),
+            ));
+        }
+    }
     // While tests run, the build's output is read-only (a binary under test cannot replace the
     // test binary, or another one, before it runs), and the protected test sources are hidden
     // (compiled in already; code under test cannot read the expected values from them).
@@ -925,7 +1015,7 @@ async fn run_cargo(
     }
     Ok(Ran {
         tests,
-        tamper: Vec::new(),
+        tamper,
         output,
         timed_out,
     })
@@ -938,8 +1028,8 @@ mod tests {
     #[test]
     fn test_binaries_are_read_from_cargo_messages() {
         let lines = r#"{"reason":"compiler-artifact","target":{"name":"sums","kind":["lib"]},"profile":{"test":false},"executable":null}
-{"reason":"compiler-artifact","target":{"name":"sums","kind":["lib"]},"profile":{"test":true},"executable":"/t/deps/sums-1"}
-{"reason":"compiler-artifact","target":{"name":"sum","kind":["test"]},"profile":{"test":true},"executable":"/t/deps/sum-2"}
+{"reason":"compiler-artifact","target":{"name":"sums","kind":["lib"],"src_path":"/w/src/lib.rs"},"profile":{"test":true},"executable":"/t/deps/sums-1"}
+{"reason":"compiler-artifact","target":{"name":"sum","kind":["test"],"src_path":"/w/tests/sum.rs"},"profile":{"test":true},"executable":"/t/deps/sum-2"}
 {"reason":"build-finished","success":true}"#;
         assert_eq!(
             test_binaries(lines),
@@ -947,12 +1037,14 @@ mod tests {
                 TestBinary {
                     target: "sums".into(),
                     kind: "lib".into(),
-                    executable: "/t/deps/sums-1".into()
+                    executable: "/t/deps/sums-1".into(),
+                    src_path: "/w/src/lib.rs".into(),
                 },
                 TestBinary {
                     target: "sum".into(),
                     kind: "test".into(),
-                    executable: "/t/deps/sum-2".into()
+                    executable: "/t/deps/sum-2".into(),
+                    src_path: "/w/tests/sum.rs".into(),
                 },
             ]
         );

@@ -81,11 +81,16 @@ const PRE_MAIN_MARKERS: &[&str] = &[
 /// ok` and `test result: ok` and exits 0 would pass a test that never ran.
 const FORGED_OUTPUT_MARKERS: &[&str] = &["test result", "... ok", "--exact", "passed; 0 failed"];
 
-const MAX_SCANNED_BYTES: u64 = 1024 * 1024;
+/// Every file the grading copy holds is read whole (the copy caps a file at 256 MiB): a
+/// manifest padded past a smaller cap would otherwise be read as empty.
+const MAX_SCANNED_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Scans `work` (the copy of the workspace, before protected files are laid over it) against
 /// `repo`. `protected` are the task's protected paths.
-pub fn scan(work: &Path, repo: &Path, protected: &[String]) -> Vec<TamperFinding> {
+///
+/// `rust`: the task builds with cargo, so Rust markers are looked for in every changed file
+/// (`include!` and `#[path]` take code from any file), not only in `*.rs`.
+pub fn scan(work: &Path, repo: &Path, protected: &[String], rust: bool) -> Vec<TamperFinding> {
     let mut files = Vec::new();
     walk(work, Path::new(""), &mut files);
     let mut findings = Vec::new();
@@ -133,7 +138,7 @@ pub fn scan(work: &Path, repo: &Path, protected: &[String]) -> Vec<TamperFinding
             if let Some(what) = manifest_settings_change(&before, &after) {
                 findings.push(TamperFinding::new(&shown, "manifest_test_settings", what));
             }
-        } else if name.ends_with(".rs") {
+        } else if name.ends_with(".rs") || rust {
             let before = read_small(&theirs).unwrap_or_default();
             let after = read_small(&ours).unwrap_or_default();
             let added = |marker: &str| after.contains(marker) && !before.contains(marker);

@@ -123,6 +123,25 @@ impl Task {
         self.dir.join("solution")
     }
 
+    /// What a trial and a check must never see of where the task came from: the task
+    /// directory, the directory of all tasks beside it, and the `.git` of the repository that
+    /// holds them (its history has every solution).
+    pub fn answer_paths(&self) -> Vec<PathBuf> {
+        let mut out = vec![self.dir.clone()];
+        if let Some(parent) = self.dir.parent() {
+            out.push(parent.to_path_buf());
+        }
+        if let Some(git) = self
+            .dir
+            .ancestors()
+            .map(|a| a.join(".git"))
+            .find(|g| g.symlink_metadata().is_ok())
+        {
+            out.push(git);
+        }
+        out
+    }
+
     /// Loads `dir/task.toml` and checks the whole task (see the module docs).
     pub fn load(dir: &Path) -> Result<Task, TaskError> {
         let dir = dir.canonicalize().map_err(|e| TaskError {

@@ -170,6 +170,14 @@ pub struct RecordView<'a> {
     pub check_outcome: Option<CheckOutcome>,
     #[serde(default)]
     pub tamper: Vec<TamperFinding>,
+    // Present in every record (their values are not needed here): a line without them is
+    // not a trial record.
+    #[serde(rename = "accounting")]
+    _accounting: serde::de::IgnoredAny,
+    #[serde(rename = "digests")]
+    _digests: serde::de::IgnoredAny,
+    #[serde(rename = "anvil_git_sha")]
+    _anvil_git_sha: serde::de::IgnoredAny,
 }
 
 impl RecordView<'_> {
@@ -210,6 +218,25 @@ pub fn parse_line<'a>(
             )));
         }
         _ => {}
+    }
+    // (pass true with `tampered` is read as tampered — never a pass — see `tampered`.)
+    if view.pass == Some(true)
+        && matches!(
+            view.check_outcome,
+            Some(CheckOutcome::Failed | CheckOutcome::CheckTimeout)
+        )
+    {
+        return Err(err(format!(
+            "pass is true but check_outcome is {:?}: a record contradicts itself",
+            view.check_outcome
+        )));
+    }
+    if let Some(cost) = view.cost_usd
+        && !(cost.is_finite() && (0.0..1e9).contains(&cost))
+    {
+        return Err(err(format!(
+            "cost_usd {cost} is not a cost (negative, not finite or absurdly large)"
+        )));
     }
     Ok(view)
 }

@@ -380,3 +380,39 @@ fn a_malformed_line_deep_in_a_file_read_in_parallel_keeps_its_number() {
     );
     assert_eq!(parallel, sequential);
 }
+
+/// Records that contradict themselves or carry impossible costs are refused with file:line,
+/// never counted.
+#[test]
+fn contradictory_records_and_impossible_costs_are_refused() {
+    let base = r#"{"schema_version":1,"sweep":"s","task":"t","model":"m","trial":0,"attempt":1,"pass":PASS,"outcome":"done","infra_error":null,"steps":1,"tokens":{"input":1,"output":1,"cache_read":0,"cache_write":0},"cost_usd":COST,"accounting":"reported","duration_ms":5,"session_path":null,"digests":{"task":"","repo":"","grader":"","dependencies":"","model_config":""},"anvil_git_sha":"x"EXTRA}"#;
+    let line = |pass: &str, cost: &str, extra: &str| {
+        base.replace("PASS", pass)
+            .replace("COST", cost)
+            .replace("EXTRA", extra)
+    };
+    let read = |text: String| anvil_report::summary::Trials::read(text.as_bytes(), "r.jsonl");
+    assert!(read(line("true", "0.5", "")).is_ok());
+    for (pass, cost, extra, want) in [
+        (
+            "true",
+            "0.5",
+            r#","check_outcome":"failed""#,
+            "contradicts itself",
+        ),
+        (
+            "true",
+            "0.5",
+            r#","check_outcome":"check_timeout""#,
+            "contradicts itself",
+        ),
+        ("true", "-1.0", "", "not a cost"),
+        ("true", "1e308", "", "not a cost"),
+    ] {
+        let err = read(line(pass, cost, extra)).unwrap_err().to_string();
+        assert!(err.contains("r.jsonl:1") && err.contains(want), "{err}");
+    }
+    let without = line("true", "0.5", "").replace(r#","anvil_git_sha":"x""#, "");
+    let err = read(without).unwrap_err().to_string();
+    assert!(err.contains("anvil_git_sha"), "{err}");
+}

@@ -357,7 +357,8 @@ impl AgentTrials {
             )
         })?;
         let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-        let mut hidden = vec![canonical(&task.dir), canonical(self.workspaces.root())];
+        let mut hidden: Vec<PathBuf> = task.answer_paths().iter().map(|p| canonical(p)).collect();
+        hidden.push(canonical(self.workspaces.root()));
         hidden.extend(self.options.hidden.iter().cloned());
         let config = TrialConfig {
             model: model.clone(),
