@@ -112,7 +112,7 @@ fn wrapper(name: &str) -> Option<Options> {
         "command" => o("", "pvV", &[], &[], 0),
         "builtin" | "nohup" | "coproc" | "unbuffer" | "catchsegv" | "fakeroot" | "valgrind"
         | "firejail" | "systemd-run" | "dbus-run-session" | "proxychains" | "proxychains4"
-        | "torsocks" => NO_OPTIONS,
+        | "torsocks" | "parallel" => NO_OPTIONS,
         "exec" => o("a", "cl", &[], &[], 0),
         "nice" => o("n", "", &["--adjustment"], &[], 0),
         "time" => o(
@@ -304,12 +304,15 @@ fn shell_string(code: Option<Word>, depth: usize, out: &mut Vec<Invocation>) {
     }
 }
 
-/// The word after `-c` / `--command` (or `--command=…`).
+/// The word after `-c` / `--command` (or `--command=…`, or a cluster ending in c: `-qc`).
 fn dash_c(words: &[Word]) -> Option<Word> {
     let mut it = words.iter();
     while let Some(w) = it.next() {
         match w.literal() {
             Some("-c" | "--command") => return it.next().cloned(),
+            Some(v) if !v.starts_with("--") && v.starts_with('-') && v.ends_with('c') => {
+                return it.next().cloned();
+            }
             Some(v) if v.starts_with("--command=") => {
                 return Some(Word::Literal(v["--command=".len()..].to_string()));
             }
@@ -809,6 +812,9 @@ mod tests {
             "sh -ec 'cd . && rm x'",
             "bash -lc \"rm x\"",
             "su -c 'rm x'",
+            "script -qc 'rm x' /dev/null",
+            "parallel rm x ::: a",
+            "find . -exec sh -c 'rm x' ;",
             "eval 'rm x'",
             "eval rm x",
             "trap 'rm x' EXIT",

@@ -215,12 +215,17 @@ fn visit(node: Node, ancestors: &[Ancestor], src: &[u8], script: &mut Script) {
         return;
     }
     let kind = node.kind();
+    // Below a construct already recorded (the `)` of `$( )`, the operands of `$(( ))`), a
+    // node says nothing new.
+    let in_plain = parent.is_none_or(|p| {
+        let k = p.node.kind();
+        PLAIN_KINDS.contains(&k)
+            || matches!(
+                k,
+                "command" | "file_redirect" | "herestring_redirect" | "variable_assignment"
+            )
+    });
     if !node.is_named() {
-        // Tokens of a construct already recorded (the `)` of `$( )`) say nothing new.
-        let in_plain = parent.is_none_or(|p| {
-            let k = p.node.kind();
-            PLAIN_KINDS.contains(&k) || k == "command"
-        });
         if in_plain && !PLAIN_TOKENS.contains(&kind) {
             script.obstacle(describe(kind));
         }
@@ -245,7 +250,7 @@ fn visit(node: Node, ancestors: &[Ancestor], src: &[u8], script: &mut Script) {
                 script.obstacle("a comment with quotes in it");
             }
         }
-        k if PLAIN_KINDS.contains(&k) => {}
+        k if PLAIN_KINDS.contains(&k) || !in_plain => {}
         other => script.obstacle(describe(other)),
     }
 }
@@ -496,10 +501,12 @@ fn double_quoted(raw: &str, out: &mut Vec<Piece>) -> bool {
 /// Why a word with these characters is expanded by bash (globs, braces, tilde), if it is.
 fn expands(pieces: &[Piece]) -> Option<&'static str> {
     let unquoted = |i: usize, c: char| pieces.get(i).is_some_and(|&(p, q)| p == c && !q);
-    if pieces
+    // `*`, `?` and `[…]` match file names; a `[` without a closing `]` is literal.
+    let bracket = pieces
         .iter()
-        .any(|&(c, q)| !q && matches!(c, '*' | '?' | '['))
-    {
+        .position(|&(c, q)| c == '[' && !q)
+        .is_some_and(|open| pieces[open + 1..].iter().any(|&(c, q)| c == ']' && !q));
+    if bracket || pieces.iter().any(|&(c, q)| !q && matches!(c, '*' | '?')) {
         return Some("a glob pattern");
     }
     if unquoted(0, '~')
@@ -565,8 +572,10 @@ mod tests {
             lit(&["RUST_LOG=debug"])
         );
         assert_eq!(
-            words("git diff HEAD~1 -- a::b {} x=1"),
-            [lit(&["git", "diff", "HEAD~1", "--", "a::b", "{}", "x=1"])]
+            words("git diff HEAD~1 -- a::b {} x=1 [ b] '*'"),
+            [lit(&[
+                "git", "diff", "HEAD~1", "--", "a::b", "{}", "x=1", "[", "b]", "*"
+            ])]
         );
     }
 
@@ -582,6 +591,7 @@ mod tests {
             ("{ a; }", "a command group"),
             ("echo $'\\x41'", "ANSI-C quoting ($'…')"),
             ("ls *.rs", "a glob pattern"),
+            ("ls a[12]", "a glob pattern"),
             ("ls ~/x", "tilde expansion (~)"),
             ("echo a={b,c}", "brace expansion"),
             ("x=rm; $x", "a variable assignment outside a command"),
