@@ -367,8 +367,13 @@ async fn permission_rules_from_the_user_config_apply_and_bad_ones_are_config_err
         format!("{base}\n[permissions]\nallow = [\"bash(echo:*)\"]\n"),
     )
     .unwrap();
-    // Default mode would ask (and headless deny); the allow rule lets it run.
-    let out = m.command().args(["-p", "say hi"]).output().unwrap();
+    // accept-edits still asks for commands: the allow rule is what lets this one run, and its
+    // write through `>` is an edit, which accept-edits allows.
+    let out = m
+        .command()
+        .args(["-p", "say hi", "--permission-mode", "accept-edits"])
+        .output()
+        .unwrap();
     assert_eq!(
         out.status.code(),
         Some(0),
