@@ -102,11 +102,16 @@ pub const RUNNER_REVISION: &str = "grade-2";
 pub const PYTHON_HARNESS: &str = include_str!("../harness/python_unittest.py");
 
 fn tail(s: &str) -> String {
+    last_chars(s, TAIL_CHARS)
+}
+
+/// The last `n` characters of `s`.
+fn last_chars(s: &str, n: usize) -> String {
     let count = s.chars().count();
-    if count <= TAIL_CHARS {
+    if count <= n {
         return s.to_string();
     }
-    s.chars().skip(count - TAIL_CHARS).collect()
+    s.chars().skip(count - n).collect()
 }
 
 /// The sandbox of one grading directory. The backend is probed once per process.
@@ -1002,14 +1007,7 @@ async fn run_cargo(
             detail: if outcome == "passed" {
                 String::new()
             } else {
-                tail(&output_of(&out))
-                    .chars()
-                    .rev()
-                    .take(1500)
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect()
+                last_chars(&output_of(&out), 1500)
             },
         });
     }
