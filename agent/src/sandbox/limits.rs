@@ -2,9 +2,9 @@
 //! fork bomb, a runaway allocation or a file that fills the disk ends that command and leaves
 //! the host and the agent responsive.
 //!
-//! - Memory (address space), file size and open files are rlimits, set inside the sandbox by
-//!   a tiny bash prologue before the command runs, soft and hard alike (raising a hard limit
-//!   needs a capability the sandbox does not have). They bind root too.
+//! - Memory (address space), file size and open files are rlimits, set by a tiny host-side
+//!   launcher that then becomes bubblewrap, soft and hard alike (raising a hard limit needs a
+//!   capability the sandbox does not have). They bind root too.
 //! - Processes: `RLIMIT_NPROC` counts every process of the host uid and does not bind uid 0
 //!   at all (a process of host root is exempt), so processes are bounded by a **pids cgroup**
 //!   when one can be made (cgroup v1's `pids` hierarchy, or a cgroup v2 directory whose
@@ -53,9 +53,11 @@ impl Limits {
         open_files: None,
     };
 
-    /// The bash prologue that sets the rlimits, then runs the command (`"$@"`). `nproc`:
-    /// whether to bound processes by `RLIMIT_NPROC` too (when no pids cgroup does).
-    pub fn prologue(&self, nproc: bool) -> String {
+    /// The host-side launcher script: sets the rlimits (soft and hard), joins the pids
+    /// cgroup named by `$0` when `cgroup`, then runs the sandbox (`"$@"`). `nproc`: bound
+    /// processes by `RLIMIT_NPROC` too (when no cgroup does; needs bash). `None`: nothing to
+    /// do, no launcher needed.
+    pub fn launcher(&self, nproc: bool, cgroup: bool) -> Option<String> {
         let mut parts = Vec::new();
         if let Some(m) = self.memory_bytes {
             parts.push(format!("ulimit -v {}", m / 1024));
@@ -69,8 +71,14 @@ impl Limits {
         if nproc && let Some(p) = self.processes {
             parts.push(format!("ulimit -u {p}"));
         }
+        if cgroup {
+            parts.push("echo $$ > \"$0/cgroup.procs\"".into());
+        }
+        if parts.is_empty() {
+            return None;
+        }
         parts.push("exec \"$@\"".into());
-        parts.join(" && ")
+        Some(parts.join(" && "))
     }
 }
 
@@ -176,7 +184,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_prologue_sets_each_limit_then_runs_the_command() {
+    fn the_launcher_sets_each_limit_joins_the_cgroup_then_runs_the_sandbox() {
         let limits = Limits {
             processes: Some(100),
             memory_bytes: Some(2 << 30),
@@ -184,14 +192,14 @@ mod tests {
             open_files: Some(64),
         };
         assert_eq!(
-            limits.prologue(true),
+            limits.launcher(true, false).unwrap(),
             "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && ulimit -u 100 && exec \"$@\""
         );
         assert_eq!(
-            limits.prologue(false),
-            "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && exec \"$@\""
+            limits.launcher(false, true).unwrap(),
+            "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && echo $$ > \"$0/cgroup.procs\" && exec \"$@\""
         );
-        assert_eq!(Limits::NONE.prologue(true), "exec \"$@\"");
+        assert_eq!(Limits::NONE.launcher(true, false), None);
         let d = Limits::default();
         assert!(d.memory_bytes.unwrap() >= 4 << 30);
     }

@@ -456,16 +456,6 @@ impl Sandbox {
                 None => limits::ProcessBound::Rlimit,
             },
         };
-        // Inside the sandbox, the rlimits first, then the command.
-        let mut inner = vec![
-            "-c".to_string(),
-            self.limits.prologue(bound == limits::ProcessBound::Rlimit),
-            "anvil-limits".to_string(),
-            spec.program.clone(),
-        ];
-        inner.append(&mut spec.args);
-        spec.program = "bash".into();
-        spec.args = inner;
         // bubblewrap's options go through a descriptor (`--args FD`), not the command line:
         // inside the sandbox /proc shows bubblewrap's argv, which would name every hidden path.
         let options = bwrap::args(self.policy, &mounts, &spec.cwd);
@@ -483,23 +473,29 @@ impl Sandbox {
             args: argv,
             ..spec
         };
-        let cgroup = match bound {
-            limits::ProcessBound::Cgroup(dir) => {
-                // On the host, the launcher joins the cgroup, then becomes bubblewrap: every
-                // process of the command is born inside it.
-                let mut outer = vec![
-                    "-c".to_string(),
-                    "echo $$ > \"$0/cgroup.procs\" && exec \"$@\"".to_string(),
-                    dir.display().to_string(),
-                    wrapped.program.clone(),
-                ];
-                outer.append(&mut wrapped.args);
-                wrapped.program = "/bin/sh".into();
-                wrapped.args = outer;
-                Some(dir)
-            }
+        // On the host, one launcher sets the rlimits (inherited by bubblewrap and everything
+        // inside), joins the pids cgroup, then becomes bubblewrap: every process of the
+        // command is born limited and inside the cgroup.
+        let cgroup = match &bound {
+            limits::ProcessBound::Cgroup(dir) => Some(dir.clone()),
             _ => None,
         };
+        let nproc = bound == limits::ProcessBound::Rlimit;
+        if let Some(script) = self.limits.launcher(nproc, cgroup.is_some()) {
+            let mut outer = vec![
+                "-c".to_string(),
+                script,
+                cgroup
+                    .as_ref()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|| "anvil-sandbox".into()),
+                wrapped.program.clone(),
+            ];
+            outer.append(&mut wrapped.args);
+            // `ulimit -u` is bash's; the plain launcher needs only a POSIX shell.
+            wrapped.program = if nproc { "bash" } else { "/bin/sh" }.into();
+            wrapped.args = outer;
+        }
         let guard = SandboxGuard {
             // bubblewrap creates these mount points in the (writable) workspace.
             created: mounts.reserved.clone(),

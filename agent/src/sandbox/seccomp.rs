@@ -105,7 +105,11 @@ pub fn to_bytes(program: &BpfProgram) -> Vec<u8> {
 /// close-on-exec here: the process supervisor places it in bubblewrap alone
 /// ([`ProcessSpec::pass_fd`](crate::process::ProcessSpec::pass_fd)).
 pub fn filter_file() -> Result<std::fs::File, String> {
-    let bytes = to_bytes(&no_network_program()?);
+    // Compiled once per process.
+    static BYTES: std::sync::OnceLock<Result<Vec<u8>, String>> = std::sync::OnceLock::new();
+    let bytes = BYTES
+        .get_or_init(|| no_network_program().map(|p| to_bytes(&p)))
+        .clone()?;
     let io = |e: std::io::Error| format!("cannot write the seccomp filter: {e}");
     let mut file = tempfile::tempfile().map_err(io)?;
     file.write_all(&bytes).map_err(io)?;
