@@ -282,13 +282,28 @@ impl FileAccess {
 /// Why a path inside a writable root is protected, if it is.
 fn protected_reason(root: &Path, target: &Path) -> Option<&'static str> {
     let rel = target.strip_prefix(root).ok()?;
+    // A `.git` at any depth (a nested repository's too), or a directory that is a git
+    // directory (where a `.git` file points): git runs what their config and hooks say.
+    if rel.components().any(|c| c.as_os_str() == ".git")
+        || target
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.starts_with(root) && *a != root)
+            .any(is_git_dir)
+    {
+        return Some("git metadata");
+    }
     let mut parts = rel.components().map(|c| c.as_os_str().to_string_lossy());
     match (parts.next().as_deref(), parts.next().as_deref()) {
-        (Some(".git"), _) => Some("git metadata"),
         (Some(".anvil"), Some("config.toml")) => Some("anvil's project config"),
         (Some(".anvil"), Some("hooks")) => Some("anvil's hooks run as commands"),
         _ => None,
     }
+}
+
+/// Whether `dir` is a git directory (HEAD, objects/ and refs/ in it).
+fn is_git_dir(dir: &Path) -> bool {
+    dir.join("HEAD").is_file() && dir.join("objects").is_dir() && dir.join("refs").is_dir()
 }
 
 #[cfg(test)]

@@ -447,3 +447,103 @@ async fn a_wrapper_that_exits_0_without_running_the_command_is_caught() {
     );
     assert!(!b.workspace.join("ran").exists());
 }
+
+/// Runs git on the host the way a person would, hooks and config included (but not their
+/// global config): what a planted fsmonitor or hook would do to them.
+fn host_git(dir: &Path, args: &[&str]) {
+    let _ = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+}
+
+fn git_init(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    host_git(dir, &["init", "-q"]);
+    assert!(dir.join(".git/config").is_file(), "git init failed");
+}
+
+/// Nested repositories: one that exists is read-only to commands, like the workspace's own;
+/// one a command creates keeps nothing that would run a program when the host runs git there.
+#[tokio::test]
+async fn nested_repositories_cannot_plant_code_for_the_host() {
+    let b = setup();
+    let marker = b.outside.join("PWNED");
+    // An existing nested repository: its config and hooks cannot be written.
+    git_init(&b.workspace.join("vendor/lib"));
+    let before = std::fs::read_to_string(b.workspace.join("vendor/lib/.git/config")).unwrap();
+    let out = run(
+        &b,
+        OFF,
+        &format!(
+            "git -C vendor/lib config core.fsmonitor 'touch {m}'; printf '#!/bin/sh\\ntouch {m}\\n' > vendor/lib/.git/hooks/post-checkout; chmod +x vendor/lib/.git/hooks/post-checkout; echo DONE",
+            m = marker.display()
+        ),
+    )
+    .await;
+    assert!(out.contains("DONE"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(b.workspace.join("vendor/lib/.git/config")).unwrap(),
+        before,
+        "{out}"
+    );
+    assert!(
+        !b.workspace
+            .join("vendor/lib/.git/hooks/post-checkout")
+            .exists()
+    );
+    // A repository the command creates (plainly, and with its git directory elsewhere in the
+    // workspace), planted with an fsmonitor, a hook and an alias.
+    let out = run(
+        &b,
+        OFF,
+        &format!(
+            "git init -q fresh && git -C fresh config core.fsmonitor 'touch {m}' && git -C fresh config alias.st '!touch {m}' && git -C fresh config user.name kept && printf '#!/bin/sh\\ntouch {m}\\n' > fresh/.git/hooks/post-checkout && chmod +x fresh/.git/hooks/post-checkout; \
+             mkdir -p gitdirs && git init -q --separate-git-dir=gitdirs/other other && git -C other config core.hooksPath /tmp && git -C other config core.pager 'touch {m}'; echo CREATED",
+            m = marker.display()
+        ),
+    )
+    .await;
+    assert!(out.contains("CREATED"), "{out}");
+    assert!(
+        out.contains("anvil removed") && out.contains("core.fsmonitor"),
+        "the model is told: {out}"
+    );
+    // The host now runs git there: status (fsmonitor), checkout (post-checkout), the alias,
+    // a paged log.
+    for dir in [b.workspace.join("fresh"), b.workspace.join("other")] {
+        host_git(&dir, &["status"]);
+        host_git(&dir, &["checkout", "-q", "-b", "x"]);
+        host_git(&dir, &["st"]);
+        host_git(&dir, &["-p", "log"]);
+    }
+    assert!(!marker.exists(), "a planted program ran on the host: {out}");
+    let kept = std::fs::read_to_string(b.workspace.join("fresh/.git/config")).unwrap();
+    assert!(
+        kept.contains("kept") && !kept.contains("fsmonitor"),
+        "{kept}"
+    );
+}
+
+/// The file tools refuse nested repositories' metadata too.
+#[tokio::test]
+async fn file_tools_refuse_nested_git_metadata() {
+    let b = setup();
+    git_init(&b.workspace.join("sub"));
+    let access = anvil_agent::file_access::FileAccess::workspace(&b.workspace).unwrap();
+    for rel in ["sub/.git/config", "sub/.git/hooks/pre-commit"] {
+        let err = access.check_write(&b.workspace.join(rel)).unwrap_err();
+        assert!(err.to_string().contains("git metadata"), "{rel}: {err}");
+    }
+    // A git directory a .git file points to.
+    std::fs::create_dir_all(b.workspace.join("gd")).unwrap();
+    host_git(&b.workspace.join("gd"), &["init", "-q", "--bare"]);
+    let err = access
+        .check_write(&b.workspace.join("gd/config"))
+        .unwrap_err();
+    assert!(err.to_string().contains("git metadata"), "{err}");
+    assert!(access.check_write(&b.workspace.join("sub/src.rs")).is_ok());
+}

@@ -8,6 +8,7 @@
 pub mod bwrap;
 pub mod credentials;
 pub mod limits;
+pub mod nested_git;
 pub mod seatbelt;
 pub mod seccomp;
 
@@ -128,9 +129,28 @@ pub struct SandboxGuard {
     /// The pids cgroup made for the command, removed once it is empty.
     cgroup: Option<PathBuf>,
     processes: Option<u64>,
+    /// The writable workspace and the nested repositories it held when the command started
+    /// (mounted read-only for it); `None` when nothing was writable.
+    nested: Option<(PathBuf, Vec<PathBuf>)>,
 }
 
 impl SandboxGuard {
+    /// Once the command has ended: neutralizes git repositories it created inside the
+    /// workspace (their config cut to keys that run nothing, their hooks removed, see
+    /// [`nested_git`]) and says what was removed.
+    pub fn after_command(&self) -> Option<String> {
+        let (workspace, before) = self.nested.as_ref()?;
+        let now = nested_git::find(workspace);
+        let notes = nested_git::neutralize(&now, before, workspace);
+        (!notes.is_empty()).then(|| {
+            format!(
+                "anvil removed settings and hooks that would run programs from git repositories \
+                 this command created (git would run them on the host): {}",
+                notes.join("; ")
+            )
+        })
+    }
+
     /// What to tell the caller about the command's limits, once it has ended: whether it ran
     /// into the process limit.
     pub fn limit_note(&self) -> Option<String> {
@@ -334,6 +354,8 @@ impl Sandbox {
         }
         if matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. }) {
             m.writable.push(self.workspace.clone());
+            // Repositories nested in the workspace are read-only like its own.
+            m.protected.extend(nested_git::find(&self.workspace));
             for p in [".git", ".anvil"] {
                 let path = self.workspace.join(p);
                 if path.symlink_metadata().is_ok() {
@@ -390,6 +412,7 @@ impl Sandbox {
                         created: mounts.reserved,
                         cgroup: None,
                         processes: None,
+                        nested: None,
                     };
                     bwrap::works_with(bwrap, &args).map_err(SandboxError::Broken)
                 }
@@ -496,11 +519,14 @@ impl Sandbox {
             wrapped.program = if nproc { "bash" } else { "/bin/sh" }.into();
             wrapped.args = outer;
         }
+        let nested = matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. })
+            .then(|| (self.workspace.clone(), mounts.protected.clone()));
         let guard = SandboxGuard {
             // bubblewrap creates these mount points in the (writable) workspace.
             created: mounts.reserved.clone(),
             cgroup,
             processes: self.limits.processes,
+            nested,
         };
         Ok((wrapped, guard))
     }

@@ -107,10 +107,10 @@ impl TypedTool for Bash {
         let out = process::run(&spec, &ctx.cancel)
             .await
             .map_err(|e| ToolError::Failed(e.to_string()))?;
-        let limit_note = guard.limit_note();
+        let notes = [guard.limit_note(), guard.after_command()];
         drop(guard);
         let mut streams = format_streams(&out.stdout.text(), &out.stderr.text());
-        if let Some(note) = limit_note {
+        for note in notes.into_iter().flatten() {
             streams.push_str(&format!("\n{note}"));
         }
         match out.termination {
