@@ -279,8 +279,18 @@ impl FileAccess {
     }
 }
 
-/// Why a path inside a writable root is protected, if it is.
-fn protected_reason(root: &Path, target: &Path) -> Option<&'static str> {
+/// Whether `path` names a credential file (`.env`, private keys, …): the one list the file
+/// tools refuse and the permission policy judges bash redirections by.
+pub fn is_credential_path(path: &Path) -> bool {
+    static SETS: std::sync::OnceLock<(GlobSet, GlobSet)> = std::sync::OnceLock::new();
+    let (credentials, exceptions) =
+        SETS.get_or_init(|| (glob_set(CREDENTIAL_GLOBS), glob_set(CREDENTIAL_EXCEPTIONS)));
+    credentials.is_match(path) && !exceptions.is_match(path)
+}
+
+/// Why a path inside a writable root is protected, if it is (the file tools refuse to write
+/// it, and the permission policy refuses a bash redirection into it).
+pub fn protected_reason(root: &Path, target: &Path) -> Option<&'static str> {
     let rel = target.strip_prefix(root).ok()?;
     // A `.git` at any depth (a nested repository's too), or a directory that is a git
     // directory (where a `.git` file points): git runs what their config and hooks say.

@@ -31,7 +31,7 @@ mod runs;
 pub mod shell;
 
 use std::fmt;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use globset::{Glob, GlobMatcher};
 use serde_json::Value;
@@ -894,7 +894,7 @@ impl Policy {
             Cwd::Unknown => return Err(NotAllowed::Directory { dir: None }),
         };
         let shown = self.relative(&path);
-        let Ok(rel) = path.strip_prefix(&self.workspace) else {
+        if path.strip_prefix(&self.workspace).is_err() {
             return Err(match write {
                 true => NotAllowed::Writes {
                     path: shown,
@@ -902,11 +902,14 @@ impl Policy {
                 },
                 false => NotAllowed::ReadsOutside { path: shown },
             });
-        };
+        }
         if !write {
             return Ok(());
         }
-        if let Some(what) = protected(rel) {
+        let what = crate::file_access::protected_reason(&self.workspace, &path).or_else(|| {
+            crate::file_access::is_credential_path(&path).then_some("a credential file")
+        });
+        if let Some(what) = what {
             return Err(NotAllowed::Writes {
                 path: shown,
                 why: WriteBlock::Protected(what),
@@ -959,24 +962,4 @@ impl Policy {
 fn prefix_rule(words: &[String]) -> Option<String> {
     let head: Vec<String> = words.iter().take(2).cloned().collect();
     (!head.is_empty()).then(|| format!("bash({}:*)", quote_words(&head)))
-}
-
-/// Why a path inside the workspace may not be written (as the file tools refuse it; any
-/// `.git`, nested repositories' included).
-fn protected(rel: &Path) -> Option<&'static str> {
-    let parts: Vec<&std::ffi::OsStr> = rel
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(p) => Some(p),
-            _ => None,
-        })
-        .collect();
-    if parts.iter().any(|p| *p == ".git") {
-        return Some("git metadata");
-    }
-    match parts.as_slice() {
-        [a, b, ..] if *a == ".anvil" && *b == "config.toml" => Some("anvil's project config"),
-        [a, b, ..] if *a == ".anvil" && *b == "hooks" => Some("anvil's hooks run as commands"),
-        _ => None,
-    }
 }

@@ -457,6 +457,18 @@ fn issue_13_allow_rules_cover_only_plain_literal_commands_and_allowed_writes() {
     assert_eq!(kind(&decide(&p, "cargo test > .git/config")), "ask");
     assert_eq!(kind(&decide(&p, "cargo test > sub/.git/config")), "ask");
     assert_eq!(kind(&decide(&p, "cargo test > .anvil/config.toml")), "ask");
+    // A credential file is not written through a redirection either (as the file tools refuse
+    // it) where the policy judges writes; bypass leaves bash writes to the sandbox.
+    for target in [
+        ".env",
+        "config/.env.production",
+        "deploy/server.pem",
+        "ci/credentials.json",
+    ] {
+        let d = decide(&p, &format!("cargo test > {target}"));
+        assert_eq!(kind(&d), "ask", "{target}: {d:?}");
+        assert!(format!("{d:?}").contains("credential"), "{target}: {d:?}");
+    }
     let p = policy(
         PermissionMode::Default,
         &["bash(cargo test:*)", "bash(cd:*)", "edit_file(logs/**)"],
