@@ -78,6 +78,7 @@ fn attacks(s: &Scene) -> String {
         "unshare -U -r true 2>/dev/null && unshare -U -r mount -o remount,bind,rw / 2>/dev/null && echo ESCAPED:nested-userns".into(),
         "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_RAW)' 2>/dev/null && echo ESCAPED:unix-raw-socket".into(),
         "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)' 2>/dev/null && echo ESCAPED:unix-dgram-socket".into(),
+        "head -c 4 /etc/shadow 2>/dev/null | grep -q . && echo ESCAPED:read-shadow".into(),
         "echo DONE".into(),
     ]
     .join("; ")

@@ -48,6 +48,35 @@ pub const CONFIG_CREDENTIALS: &[&str] = &[
 /// Credential stores relative to each data directory.
 pub const DATA_CREDENTIALS: &[&str] = &["anvil"];
 
+/// The system's own secrets. Sandboxed commands run as an unprivileged uid, but when anvil
+/// runs as root that uid is host root without capabilities, which can still read root's
+/// owner-only files: these are masked whoever runs anvil.
+pub const SYSTEM_CREDENTIALS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+];
+
+/// Private SSH host keys (`/etc/ssh/ssh_host_*_key`).
+fn ssh_host_keys() -> Vec<PathBuf> {
+    std::fs::read_dir("/etc/ssh")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("ssh_host_") && n.ends_with("_key"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The directories credentials are looked for in.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CredentialDirs {
@@ -109,6 +138,15 @@ impl CredentialDirs {
         }
         for d in &self.data {
             add(d, DATA_CREDENTIALS);
+        }
+        for p in SYSTEM_CREDENTIALS
+            .iter()
+            .map(PathBuf::from)
+            .chain(ssh_host_keys())
+        {
+            if p.symlink_metadata().is_ok() && !out.contains(&p) {
+                out.push(p);
+            }
         }
         out
     }
