@@ -62,6 +62,7 @@ fn small() -> Limits {
         memory_bytes: Some(1 << 30),
         file_size_bytes: Some(1 << 20),
         open_files: Some(64),
+        tmp_bytes: Some(64 << 20),
     }
 }
 
@@ -147,8 +148,29 @@ async fn a_file_past_the_size_limit_is_cut_off() {
     )
     .await;
     let size = std::fs::metadata(ws.path().join("big.bin")).unwrap().len();
-    assert!(size <= 1 << 20, "{size} bytes written: {out}");
+    // Exactly the limit: not less (a shell counting in other units), not more.
+    assert_eq!(size, 1 << 20, "{size} bytes written: {out}");
     assert!(!out.contains("exit 0"), "{out}");
+}
+
+/// The private /tmp is memory: filling it stops at its size, not at the host's RAM.
+#[tokio::test]
+async fn the_private_tmp_cannot_fill_the_host_s_memory() {
+    let ws = workspace();
+    let out = bash(
+        ws.path(),
+        small(),
+        "for i in $(seq 200); do head -c 1000000 /dev/zero > /tmp/f$i || break; done; du -sm /tmp | cut -f1",
+        30_000,
+    )
+    .await;
+    assert!(out.contains("No space left on device"), "{out}");
+    let used: u64 = out
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .next()
+        .unwrap_or(u64::MAX);
+    assert!(used <= 64, "{used} MB in /tmp: {out}");
 }
 
 #[tokio::test]

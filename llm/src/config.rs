@@ -178,6 +178,9 @@ pub struct SandboxLimits {
     /// Open files per process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub open_files: Option<u64>,
+    /// Size of the sandbox's private /tmp (memory), MiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tmp_mb: Option<u64>,
 }
 
 impl SandboxLimits {
@@ -1011,6 +1014,7 @@ model = "qwen3:8b"
                 memory_mb: Some(0),
                 file_size_mb: None,
                 open_files: None,
+                tmp_mb: None,
             }
         );
         assert!(

@@ -257,6 +257,7 @@ pub fn sandbox_limits(config: &anvil_llm::config::SandboxLimits) -> Limits {
         memory_bytes: pick(config.memory_mb, 1 << 20, defaults.memory_bytes),
         file_size_bytes: pick(config.file_size_mb, 1 << 20, defaults.file_size_bytes),
         open_files: pick(config.open_files, 1, defaults.open_files),
+        tmp_bytes: pick(config.tmp_mb, 1 << 20, defaults.tmp_bytes),
     }
 }
 
@@ -297,6 +298,7 @@ mod tests {
             memory_mb: Some(0),
             file_size_mb: Some(2),
             open_files: None,
+            tmp_mb: Some(0),
         };
         assert_eq!(
             sandbox_limits(&set),
@@ -305,6 +307,7 @@ mod tests {
                 memory_bytes: None,
                 file_size_bytes: Some(2 << 20),
                 open_files: defaults.open_files,
+                tmp_bytes: None,
             }
         );
         assert_eq!(sandbox_limits(&Default::default()), defaults);

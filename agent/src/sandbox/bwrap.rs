@@ -123,10 +123,15 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
         }
     }
     a.extend(
-        ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        ["--dev", "/dev", "--proc", "/proc"]
             .iter()
             .map(|s| s.to_string()),
     );
+    if let Some(bytes) = mounts.tmp_bytes {
+        // /tmp is memory: a command filling it would fill the host's RAM.
+        a.extend(["--size".into(), bytes.to_string()]);
+    }
+    a.extend(["--tmpfs".to_string(), "/tmp".to_string()]);
     let network = matches!(policy, SandboxPolicy::WorkspaceWrite { network: true });
     if !network {
         a.push("--unshare-net".into());

@@ -5,6 +5,7 @@
 //! - Memory (address space), file size and open files are rlimits, set by a tiny host-side
 //!   launcher that then becomes bubblewrap, soft and hard alike (raising a hard limit needs a
 //!   capability the sandbox does not have). They bind root too.
+//! - The private /tmp is a tmpfs (memory): its size is bounded too.
 //! - Processes: `RLIMIT_NPROC` counts every process of the host uid and does not bind uid 0
 //!   at all (a process of host root is exempt), so processes are bounded by a **pids cgroup**
 //!   when one can be made (cgroup v1's `pids` hierarchy, or a cgroup v2 directory whose
@@ -25,12 +26,14 @@ pub struct Limits {
     pub file_size_bytes: Option<u64>,
     /// Open files per process.
     pub open_files: Option<u64>,
+    /// Size of the sandbox's private /tmp (a tmpfs: memory), bytes.
+    pub tmp_bytes: Option<u64>,
 }
 
 impl Default for Limits {
     /// Large enough for `cargo build`, small enough to keep the machine: 4,096 processes,
     /// three quarters of physical memory (at least 4 GiB) of address space, 16 GiB files,
-    /// 8,192 open files.
+    /// 8,192 open files, a /tmp of a quarter of physical memory (at most 4 GiB).
     fn default() -> Self {
         let memory = physical_memory()
             .map(|m| (m / 4 * 3).max(4 << 30))
@@ -40,6 +43,11 @@ impl Default for Limits {
             memory_bytes: Some(memory),
             file_size_bytes: Some(16 << 30),
             open_files: Some(8192),
+            tmp_bytes: Some(
+                physical_memory()
+                    .map(|m| (m / 4).min(4 << 30))
+                    .unwrap_or(1 << 30),
+            ),
         }
     }
 }
@@ -51,6 +59,7 @@ impl Limits {
         memory_bytes: None,
         file_size_bytes: None,
         open_files: None,
+        tmp_bytes: None,
     };
 
     /// The host-side launcher script: sets the rlimits (soft and hard), joins the pids
@@ -63,7 +72,10 @@ impl Limits {
             parts.push(format!("ulimit -v {}", m / 1024));
         }
         if let Some(f) = self.file_size_bytes {
-            parts.push(format!("ulimit -f {}", f / 1024));
+            // bash counts `-f` in 1024-byte blocks; a POSIX sh (the launcher unless `nproc`)
+            // in 512-byte blocks.
+            let block = if nproc { 1024 } else { 512 };
+            parts.push(format!("ulimit -f {}", f / block));
         }
         if let Some(n) = self.open_files {
             parts.push(format!("ulimit -n {n}"));
@@ -190,6 +202,7 @@ mod tests {
             memory_bytes: Some(2 << 30),
             file_size_bytes: Some(1 << 20),
             open_files: Some(64),
+            tmp_bytes: None,
         };
         assert_eq!(
             limits.launcher(true, false).unwrap(),
@@ -197,7 +210,7 @@ mod tests {
         );
         assert_eq!(
             limits.launcher(false, true).unwrap(),
-            "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && echo $$ > \"$0/cgroup.procs\" && exec \"$@\""
+            "ulimit -v 2097152 && ulimit -f 2048 && ulimit -n 64 && echo $$ > \"$0/cgroup.procs\" && exec \"$@\""
         );
         assert_eq!(Limits::NONE.launcher(true, false), None);
         let d = Limits::default();

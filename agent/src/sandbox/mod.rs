@@ -119,6 +119,8 @@ pub struct Mounts {
     pub reserved: Vec<PathBuf>,
     /// An inherited fd holding a seccomp program for bubblewrap to load.
     pub seccomp_fd: Option<i32>,
+    /// The size of the private /tmp, bytes (unbounded when `None`).
+    pub tmp_bytes: Option<u64>,
 }
 
 /// What is cleaned up after a sandboxed process: the empty mount points created for reserved
@@ -335,7 +337,10 @@ impl Sandbox {
 
     /// The mounts for a command in the workspace.
     pub fn mounts(&self) -> Mounts {
-        let mut m = Mounts::default();
+        let mut m = Mounts {
+            tmp_bytes: self.limits.tmp_bytes,
+            ..Mounts::default()
+        };
         if let View::Confined(c) = &self.view {
             // Paths under /tmp are bound after the private /tmp, with the read-only ones.
             let (under_tmp, view): (Vec<PathBuf>, Vec<PathBuf>) = c
