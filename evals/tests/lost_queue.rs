@@ -18,8 +18,6 @@ use wiremock::MockServer;
 
 mod support;
 
-const EVALS: &str = env!("CARGO_BIN_EXE_anvil-evals");
-
 /// What the issue allows between losing the database and the run ending.
 const LIMIT: Duration = Duration::from_secs(15);
 
@@ -44,17 +42,8 @@ impl Home {
     }
 
     fn command(&self, queue: &str, args: &[&str]) -> Command {
-        let mut c = Command::new(EVALS);
-        c.args(args)
-            .args(["--queue", queue])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env("XDG_CONFIG_HOME", self.dir.path().join("cfg"))
-            .env("XDG_DATA_HOME", self.dir.path().join("data"))
-            .env("TMPDIR", self.dir.path())
-            .env("MOCK_API_KEY", "sk-mock-key-123")
-            .stdin(Stdio::null());
+        let mut c = support::evals_command(self.dir.path(), args);
+        c.args(["--queue", queue]);
         c
     }
 

@@ -21,8 +21,6 @@ use wiremock::MockServer;
 
 mod support;
 
-const EVALS: &str = env!("CARGO_BIN_EXE_anvil-evals");
-
 /// A user config with two providers: `mock` (alias `good`'s provider) at `mock_url`, and
 /// `other` at `other_url`, each with its own credential variable.
 fn user_config(mock_url: &str, other_url: &str) -> String {
@@ -62,18 +60,9 @@ impl Home {
 
     /// `anvil-evals ARGS --queue …` in this home, with both credentials set.
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(EVALS);
-        c.args(args)
-            .args(["--queue", &self.queue().display().to_string()])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.dir.path())
-            .env("XDG_CONFIG_HOME", self.dir.path().join("cfg"))
-            .env("XDG_DATA_HOME", self.dir.path().join("data"))
-            .env("TMPDIR", self.dir.path())
-            .env("MOCK_API_KEY", "sk-mock-key-123")
-            .env("OTHER_API_KEY", "sk-other-key-456")
-            .stdin(Stdio::null());
+        let mut c = support::evals_command(self.dir.path(), args);
+        c.args(["--queue", &self.queue().display().to_string()])
+            .env("OTHER_API_KEY", "sk-other-key-456");
         c
     }
 

@@ -22,8 +22,6 @@ mod support;
 
 use support::{model_server, task};
 
-const EVALS: &str = env!("CARGO_BIN_EXE_anvil-evals");
-
 struct Setup {
     home: tempfile::TempDir,
     queue: QueueLocation,
@@ -62,17 +60,8 @@ impl Setup {
     }
 
     fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(EVALS);
-        c.args(args)
-            .args(["--queue", &self.queue_arg()])
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("XDG_CONFIG_HOME", self.home.path().join("cfg"))
-            .env("XDG_DATA_HOME", self.home.path().join("data"))
-            .env("TMPDIR", self.home.path())
-            .env("MOCK_API_KEY", "sk-mock-key-123")
-            .stdin(Stdio::null());
+        let mut c = support::evals_command(self.home.path(), args);
+        c.args(["--queue", &self.queue_arg()]);
         c
     }
 

@@ -65,6 +65,23 @@ impl Respond for Models {
 
 // ---- the machine: config, tasks, queue -------------------------------------------------------
 
+/// `anvil-evals ARGS` on a machine whose home is `home`: config in `home/cfg`, data in
+/// `home/data`, temp files (and so workspaces) in `home`, the mock model's credential set,
+/// nothing else from this process's environment but PATH.
+pub fn evals_command(home: &Path, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_anvil-evals"));
+    c.args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("cfg"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("TMPDIR", home)
+        .env("MOCK_API_KEY", "sk-mock-key-123")
+        .stdin(std::process::Stdio::null());
+    c
+}
+
 /// The config of a home whose models are served by `server`: aliases `good` and `bad`.
 pub fn config(server: &MockServer) -> String {
     format!(
