@@ -388,14 +388,26 @@ print("DGRAM-DONE")
         receiver.recv(&mut buf).is_err(),
         "a datagram reached the host's Unix socket"
     );
-    // A datagram socketpair between the command's own processes still works.
+    // Pairs: a datagram pair could sendto the host's socket by path, so only stream pairs
+    // are made; they still work between the command's own processes.
     let out = run(
         &b,
         OFF,
-        "python3 -c \"import socket; a,b=socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); a.send(b'pair-ok'); print(b.recv(16).decode())\"",
+        &format!(
+            "python3 -c \"import socket\ntry:\n    a,b=socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM); a.sendto(b'escaped', '{p}'); print('PAIR-SENT')\nexcept OSError as e:\n    print('PAIR-REFUSED', e)\na,b=socket.socketpair(); a.send(b'pair-ok'); print(b.recv(16).decode())\"",
+            p = path.display()
+        ),
     )
     .await;
+    assert!(
+        out.contains("PAIR-REFUSED") && !out.contains("PAIR-SENT"),
+        "{out}"
+    );
     assert!(out.contains("pair-ok"), "{out}");
+    assert!(
+        receiver.recv(&mut buf).is_err(),
+        "a datagram reached the host's Unix socket through a socketpair"
+    );
 }
 
 #[tokio::test]
@@ -546,4 +558,77 @@ async fn file_tools_refuse_nested_git_metadata() {
         .unwrap_err();
     assert!(err.to_string().contains("git metadata"), "{err}");
     assert!(access.check_write(&b.workspace.join("sub/src.rs")).is_ok());
+}
+
+/// The cleanup of new repositories runs on the host with anvil's rights: it never follows a
+/// symlink (a `hooks` link to a host directory was emptied), and it cannot be dodged by an
+/// ignore file, a `.git` symlink, a git directory not named `.git`, or a cache tag made by the
+/// same command.
+#[tokio::test]
+async fn new_repositories_are_neutralized_without_following_links_or_being_dodged() {
+    let b = setup();
+    let victim = b.outside.join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("authorized_keys"), "keep me").unwrap();
+    let marker = b.outside.join("PWNED2");
+    let m = marker.display();
+    let out = run(
+        &b,
+        OFF,
+        &format!(
+            "git init -q linked && rm -rf linked/.git/hooks && ln -s {v} linked/.git/hooks; \
+             git init -q hid && git -C hid config core.fsmonitor 'touch {m}' && echo hid/ >> .gitignore && echo hid/ >> .ignore; \
+             git init -q --bare stash && git -C stash config core.bare false && git -C stash config core.fsmonitor 'touch {m}' && mkdir app && ln -s ../stash app/.git; \
+             git init -q --bare vendor-lib && git -C vendor-lib config alias.st '!touch {m}'; \
+             mkdir cache && printf 'Signature: 8a477f597d28d172789f06886806bc55\\n' > cache/CACHEDIR.TAG && git init -q cache/r && git -C cache/r config core.fsmonitor 'touch {m}'; \
+             echo PLANTED",
+            v = victim.display()
+        ),
+    )
+    .await;
+    assert!(out.contains("PLANTED"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(victim.join("authorized_keys")).unwrap(),
+        "keep me",
+        "the cleanup followed a symlink out of the workspace: {out}"
+    );
+    for dir in ["hid", "app", "cache/r"] {
+        host_git(&b.workspace.join(dir), &["status"]);
+    }
+    host_git(&b.workspace.join("vendor-lib"), &["st"]);
+    assert!(!marker.exists(), "a planted program ran on the host: {out}");
+}
+
+/// Descriptors anvil inherited from whoever started it never reach a sandboxed command: one
+/// open on a host directory would let it write through the read-only view.
+#[tokio::test]
+async fn inherited_descriptors_do_not_reach_the_command() {
+    let b = setup();
+    let sandbox = Sandbox::new(OFF, &b.workspace).with_home(&b.home);
+    // An inheritable descriptor on a host directory, as a parent process might leave one.
+    let dir = std::fs::File::open(&b.outside).unwrap();
+    let fd: std::os::fd::OwnedFd = dir.into();
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+    let flags = nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+    nix::fcntl::fcntl(
+        &fd,
+        nix::fcntl::FcntlArg::F_SETFD(
+            nix::fcntl::FdFlag::from_bits_truncate(flags) - nix::fcntl::FdFlag::FD_CLOEXEC,
+        ),
+    )
+    .unwrap();
+    let (out, _) = run_in(
+        &b,
+        sandbox,
+        &format!(
+            "ls -l /proc/self/fd/; echo pwned > /proc/self/fd/{raw}/through-fd.txt; echo TRIED"
+        ),
+    )
+    .await;
+    assert!(out.contains("TRIED"), "{out}");
+    assert!(
+        !b.outside.join("through-fd.txt").exists(),
+        "wrote through an inherited descriptor: {out}"
+    );
+    drop(fd);
 }

@@ -108,7 +108,7 @@ async fn a_fork_bomb_ends_at_the_process_limit_and_the_host_stays_responsive() {
                     .timeout(Duration::from_secs(5)),
             )
             .unwrap();
-        assert_eq!(spec.program, "/bin/sh", "the launcher joins the cgroup");
+        assert_eq!(spec.program, "bash", "the launcher joins the cgroup");
         let cgroup = std::path::PathBuf::from(&spec.args[2]);
         assert!(cgroup.join("pids.max").is_file());
         process::run(&spec, &CancellationToken::new())

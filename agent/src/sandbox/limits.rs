@@ -3,8 +3,9 @@
 //! the host and the agent responsive.
 //!
 //! - Memory (address space), file size and open files are rlimits, set by a tiny host-side
-//!   launcher that then becomes bubblewrap, soft and hard alike (raising a hard limit needs a
-//!   capability the sandbox does not have). They bind root too.
+//!   launcher (bash) that then becomes bubblewrap, soft and hard alike (raising a hard limit
+//!   needs a capability the sandbox does not have). They bind root too. The launcher also
+//!   closes every descriptor anvil did not pass on purpose.
 //! - The private /tmp is a tmpfs (memory): its size is bounded too.
 //! - Processes: `RLIMIT_NPROC` counts every process of the host uid and does not bind uid 0
 //!   at all (a process of host root is exempt), so processes are bounded by a **pids cgroup**
@@ -62,20 +63,25 @@ impl Limits {
         tmp_bytes: None,
     };
 
-    /// The host-side launcher script: sets the rlimits (soft and hard), joins the pids
-    /// cgroup named by `$0` when `cgroup`, then runs the sandbox (`"$@"`). `nproc`: bound
-    /// processes by `RLIMIT_NPROC` too (when no cgroup does; needs bash). `None`: nothing to
-    /// do, no launcher needed.
-    pub fn launcher(&self, nproc: bool, cgroup: bool) -> Option<String> {
-        let mut parts = Vec::new();
+    /// The host-side launcher (a bash script): closes every descriptor but stdio and the
+    /// `keep` ones it was given on purpose (anything anvil itself inherited would otherwise
+    /// reach the sandbox), sets the rlimits (soft and hard), joins the pids cgroup named by
+    /// `$0` when `cgroup`, then runs the sandbox (`"$@"`). `nproc`: bound processes by
+    /// `RLIMIT_NPROC` too (when no cgroup does).
+    pub fn launcher(&self, nproc: bool, cgroup: bool, keep: &[i32]) -> String {
+        let kept: Vec<String> = [0, 1, 2].iter().chain(keep).map(i32::to_string).collect();
+        let mut parts = vec![format!(
+            // No redirection around the loop: bash would park the real stderr on a spare
+            // descriptor the loop then closes.
+            "for f in /proc/self/fd/*; do n=${{f##*/}}; case \" {} \" in *\" $n \"*) ;; *) if [ -e \"/proc/self/fd/$n\" ]; then exec {{n}}>&-; fi ;; esac; done; true",
+            kept.join(" ")
+        )];
         if let Some(m) = self.memory_bytes {
             parts.push(format!("ulimit -v {}", m / 1024));
         }
         if let Some(f) = self.file_size_bytes {
-            // bash counts `-f` in 1024-byte blocks; a POSIX sh (the launcher unless `nproc`)
-            // in 512-byte blocks.
-            let block = if nproc { 1024 } else { 512 };
-            parts.push(format!("ulimit -f {}", f / block));
+            // bash counts `-f` in 1024-byte blocks.
+            parts.push(format!("ulimit -f {}", f / 1024));
         }
         if let Some(n) = self.open_files {
             parts.push(format!("ulimit -n {n}"));
@@ -86,11 +92,8 @@ impl Limits {
         if cgroup {
             parts.push("echo $$ > \"$0/cgroup.procs\"".into());
         }
-        if parts.is_empty() {
-            return None;
-        }
         parts.push("exec \"$@\"".into());
-        Some(parts.join(" && "))
+        parts.join(" && ")
     }
 }
 
@@ -196,7 +199,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_launcher_sets_each_limit_joins_the_cgroup_then_runs_the_sandbox() {
+    fn the_launcher_closes_stray_descriptors_sets_each_limit_and_joins_the_cgroup() {
         let limits = Limits {
             processes: Some(100),
             memory_bytes: Some(2 << 30),
@@ -204,15 +207,17 @@ mod tests {
             open_files: Some(64),
             tmp_bytes: None,
         };
-        assert_eq!(
-            limits.launcher(true, false).unwrap(),
-            "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && ulimit -u 100 && exec \"$@\""
+        let script = limits.launcher(true, true, &[3, 4]);
+        assert!(script.starts_with("for f in /proc/self/fd/*"), "{script}");
+        assert!(script.contains("\" 0 1 2 3 4 \""), "{script}");
+        assert!(
+            script.ends_with(
+                "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && ulimit -u 100 && echo $$ > \"$0/cgroup.procs\" && exec \"$@\""
+            ),
+            "{script}"
         );
-        assert_eq!(
-            limits.launcher(false, true).unwrap(),
-            "ulimit -v 2097152 && ulimit -f 2048 && ulimit -n 64 && echo $$ > \"$0/cgroup.procs\" && exec \"$@\""
-        );
-        assert_eq!(Limits::NONE.launcher(true, false), None);
+        let bare = Limits::NONE.launcher(false, false, &[]);
+        assert!(bare.ends_with("; true && exec \"$@\""), "{bare}");
         let d = Limits::default();
         assert!(d.memory_bytes.unwrap() >= 4 << 30);
     }

@@ -132,8 +132,8 @@ pub struct SandboxGuard {
     cgroup: Option<PathBuf>,
     processes: Option<u64>,
     /// The writable workspace and the nested repositories it held when the command started
-    /// (mounted read-only for it); `None` when nothing was writable.
-    nested: Option<(PathBuf, Vec<PathBuf>)>,
+    /// (mounted read-only for it), and when it started; `None` when nothing was writable.
+    nested: Option<(PathBuf, Vec<PathBuf>, std::time::SystemTime)>,
 }
 
 impl SandboxGuard {
@@ -141,16 +141,25 @@ impl SandboxGuard {
     /// workspace (their config cut to keys that run nothing, their hooks removed, see
     /// [`nested_git`]) and says what was removed.
     pub fn after_command(&self) -> Option<String> {
-        let (workspace, before) = self.nested.as_ref()?;
-        let now = nested_git::find(workspace);
+        let (workspace, before, started) = self.nested.as_ref()?;
+        let (now, capped) = nested_git::find_capped(workspace, Some(*started));
         let notes = nested_git::neutralize(&now, before, workspace);
-        (!notes.is_empty()).then(|| {
-            format!(
+        let mut text = Vec::new();
+        if !notes.is_empty() {
+            text.push(format!(
                 "anvil removed settings and hooks that would run programs from git repositories \
                  this command created (git would run them on the host): {}",
                 notes.join("; ")
-            )
-        })
+            ));
+        }
+        if capped {
+            text.push(format!(
+                "The workspace has more than {} entries: git repositories beyond them were not \
+                 checked for settings that run programs.",
+                nested_git::MAX_ENTRIES
+            ));
+        }
+        (!text.is_empty()).then(|| text.join("\n"))
     }
 
     /// What to tell the caller about the command's limits, once it has ended: whether it ran
@@ -509,23 +518,27 @@ impl Sandbox {
             _ => None,
         };
         let nproc = bound == limits::ProcessBound::Rlimit;
-        if let Some(script) = self.limits.launcher(nproc, cgroup.is_some()) {
-            let mut outer = vec![
-                "-c".to_string(),
-                script,
-                cgroup
-                    .as_ref()
-                    .map(|d| d.display().to_string())
-                    .unwrap_or_else(|| "anvil-sandbox".into()),
-                wrapped.program.clone(),
-            ];
-            outer.append(&mut wrapped.args);
-            // `ulimit -u` is bash's; the plain launcher needs only a POSIX shell.
-            wrapped.program = if nproc { "bash" } else { "/bin/sh" }.into();
-            wrapped.args = outer;
-        }
-        let nested = matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. })
-            .then(|| (self.workspace.clone(), mounts.protected.clone()));
+        let keep: Vec<i32> = (0..wrapped.pass_fds.len() as i32).map(|i| 3 + i).collect();
+        let script = self.limits.launcher(nproc, cgroup.is_some(), &keep);
+        let mut outer = vec![
+            "-c".to_string(),
+            script,
+            cgroup
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|| "anvil-sandbox".into()),
+            wrapped.program.clone(),
+        ];
+        outer.append(&mut wrapped.args);
+        wrapped.program = "bash".into();
+        wrapped.args = outer;
+        let nested = matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. }).then(|| {
+            (
+                self.workspace.clone(),
+                mounts.protected.clone(),
+                std::time::SystemTime::now(),
+            )
+        });
         let guard = SandboxGuard {
             // bubblewrap creates these mount points in the (writable) workspace.
             created: mounts.reserved.clone(),

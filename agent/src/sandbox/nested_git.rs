@@ -10,9 +10,11 @@
 //!   advance, so after the command its configuration is cut down to what cannot run anything
 //!   (an allowlist of keys) and its hooks are removed ([`neutralize`]); the model is told.
 //!
-//! The walk honours `.gitignore` (a build directory is not walked on every command) and stops
-//! after [`MAX_ENTRIES`] entries: repositories inside ignored directories, or past that, are
-//! not seen.
+//! The walk looks everywhere (ignore files are the command's to write, so they cannot decide
+//! what is looked at) except build caches tagged before the command (`CACHEDIR.TAG`, cargo's
+//! `target/`), never follows a symlink, recognises a git directory by its contents whatever
+//! its name, and stops after [`MAX_ENTRIES`] entries; when it stops early the model is told
+//! that repositories beyond it were not checked.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -48,52 +50,97 @@ const SAFE_SUBSECTION_KEYS: &[(&str, &str)] = &[
 
 /// The git directories below `workspace` (its own top-level `.git` excluded).
 pub fn find(workspace: &Path) -> Vec<PathBuf> {
-    // `.git` entries are noticed as the walk lists them (no extra look per directory) and
-    // not descended into.
-    let found = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = std::sync::Arc::clone(&found);
-    let walker = ignore::WalkBuilder::new(workspace)
-        .hidden(false)
-        .parents(false)
-        .git_global(false)
-        .git_exclude(false)
-        .require_git(false)
-        .filter_entry(move |e| {
-            if e.file_name() != ".git" {
-                return true;
-            }
-            if e.depth() > 1
-                && let Ok(mut f) = sink.lock()
-            {
-                f.push(e.path().to_path_buf());
-            }
-            false
-        })
-        .build();
-    for _ in walker.take(MAX_ENTRIES) {}
-    let found: Vec<PathBuf> = found.lock().map(|f| f.clone()).unwrap_or_default();
+    find_capped(workspace, None).0
+}
+
+/// [`find`], and whether the walk stopped at [`MAX_ENTRIES`] before seeing everything.
+///
+/// Build caches (a directory holding a `CACHEDIR.TAG`, as cargo's `target/` does) are not
+/// walked — unless the tag changed after `since` (its ctime, which no command can set back): a command that tags a directory to hide a
+/// repository it plants there does not hide it.
+pub fn find_capped(workspace: &Path, since: Option<std::time::SystemTime>) -> (Vec<PathBuf>, bool) {
     let mut out = Vec::new();
-    for dot_git in found {
-        match std::fs::symlink_metadata(&dot_git) {
-            Ok(m) if m.is_dir() => out.push(dot_git),
-            Ok(m) if m.is_file() => {
-                if let Some(target) = gitdir_of(&dot_git)
-                    && target.starts_with(workspace)
-                {
-                    out.push(target);
-                }
-                out.push(dot_git);
+    let mut stack = vec![workspace.to_path_buf()];
+    let mut seen = 0usize;
+    let mut capped = false;
+    'walk: while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        // A directory that looks like a git directory (HEAD, objects/, refs/) is one, whatever
+        // its name: `git --git-dir=x`, or a bare repository with core.worktree.
+        if dir != workspace && looks_like_git_dir(&dir) {
+            out.push(dir.clone());
+            continue;
+        }
+        if let Ok(tag) = std::fs::symlink_metadata(dir.join("CACHEDIR.TAG"))
+            && tag.is_file()
+            && since.is_none_or(|t| changed_at(&tag) < t)
+        {
+            continue;
+        }
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > MAX_ENTRIES {
+                capped = true;
+                break 'walk;
             }
-            _ => {}
+            let path = entry.path();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if entry.file_name() == ".git" {
+                if dir == workspace {
+                    continue;
+                }
+                if kind.is_dir() {
+                    out.push(path);
+                } else {
+                    // A `.git` file or symlink: it and what it leads to, when inside.
+                    if let Some(target) = gitdir_of(&path)
+                        && target.starts_with(workspace)
+                    {
+                        out.push(target);
+                    }
+                    out.push(path);
+                }
+                continue;
+            }
+            // Never through a symlink (it is judged where it leads, if inside).
+            if kind.is_dir() {
+                stack.push(path);
+            }
         }
     }
     out.sort();
     out.dedup();
-    out
+    (out, capped)
+}
+
+/// When the inode last changed (ctime: unlike mtime, a command cannot set it back).
+fn changed_at(m: &std::fs::Metadata) -> std::time::SystemTime {
+    use std::os::unix::fs::MetadataExt;
+    std::time::UNIX_EPOCH
+        + std::time::Duration::new(m.ctime().max(0) as u64, m.ctime_nsec().max(0) as u32)
+}
+
+fn looks_like_git_dir(dir: &Path) -> bool {
+    let is = |p: &str, dir_wanted: bool| {
+        std::fs::symlink_metadata(dir.join(p))
+            .is_ok_and(|m| if dir_wanted { m.is_dir() } else { m.is_file() })
+    };
+    is("HEAD", false) && is("objects", true) && is("refs", true)
 }
 
 /// Where a `.git` file (`gitdir: PATH`) points, resolved.
 fn gitdir_of(dot_git: &Path) -> Option<PathBuf> {
+    if std::fs::symlink_metadata(dot_git)
+        .ok()?
+        .file_type()
+        .is_symlink()
+    {
+        return dot_git.canonicalize().ok();
+    }
     let text = std::fs::read_to_string(dot_git).ok()?;
     let rel = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     let base = dot_git.parent()?;
@@ -105,7 +152,13 @@ fn gitdir_of(dot_git: &Path) -> Option<PathBuf> {
 pub fn neutralize(dirs: &[PathBuf], protected: &[PathBuf], workspace: &Path) -> Vec<String> {
     let mut notes = Vec::new();
     for dir in dirs {
-        if protected.contains(dir) || !dir.is_dir() {
+        if protected.contains(dir) {
+            continue;
+        }
+        // A `.git` that is a symlink or a file is not a directory to clean: the directory it
+        // leads to is in `dirs` on its own when it is inside the workspace.
+        let is_real_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+        if !is_real_dir {
             continue;
         }
         let shown = dir
@@ -114,17 +167,38 @@ pub fn neutralize(dirs: &[PathBuf], protected: &[PathBuf], workspace: &Path) -> 
             .display()
             .to_string();
         let mut removed = Vec::new();
-        removed.extend(cut_config(&dir.join("config")));
-        if let Ok(hooks) = std::fs::read_dir(dir.join("hooks")) {
-            for hook in hooks.flatten() {
+        // Nothing here is ever followed through a symlink: anvil runs this on the host with
+        // its own rights, and a link could lead anywhere.
+        let config = dir.join("config");
+        if is_symlink(&config) {
+            if std::fs::remove_file(&config).is_ok() {
+                removed.push("config (a symlink)".into());
+            }
+        } else {
+            removed.extend(cut_config(&config));
+        }
+        let hooks = dir.join("hooks");
+        if is_symlink(&hooks) {
+            if std::fs::remove_file(&hooks).is_ok() {
+                removed.push("hooks (a symlink)".into());
+            }
+        } else if let Ok(entries) = std::fs::read_dir(&hooks) {
+            for hook in entries.flatten() {
                 let name = hook.file_name().to_string_lossy().into_owned();
-                if !name.ends_with(".sample") && std::fs::remove_file(hook.path()).is_ok() {
+                let is_dir = hook.file_type().is_ok_and(|t| t.is_dir());
+                let gone = if is_dir {
+                    std::fs::remove_dir_all(hook.path()).is_ok()
+                } else {
+                    !name.ends_with(".sample") && std::fs::remove_file(hook.path()).is_ok()
+                };
+                if gone {
                     removed.push(format!("hooks/{name}"));
                 }
             }
         }
         for extra in ["config.worktree", "commondir"] {
-            if std::fs::remove_file(dir.join(extra)).is_ok() {
+            let p = dir.join(extra);
+            if std::fs::symlink_metadata(&p).is_ok() && std::fs::remove_file(&p).is_ok() {
                 removed.push(extra.to_string());
             }
         }
@@ -133,6 +207,10 @@ pub fn neutralize(dirs: &[PathBuf], protected: &[PathBuf], workspace: &Path) -> 
         }
     }
     notes
+}
+
+fn is_symlink(p: &Path) -> bool {
+    std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 fn safe_key(key: &str) -> bool {

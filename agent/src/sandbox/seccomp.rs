@@ -10,8 +10,9 @@
 //! - `connect`, `bind` and `listen` (no talking to a host daemon's socket, no servers);
 //! - io_uring, which can issue those operations without the syscalls above.
 //!
-//! `socketpair` stays allowed (datagram pairs included): pipes between processes of the command
-//! keep working.
+//! `socketpair` is allowed for stream pairs only (the same allowlist): a datagram pair can
+//! `sendto` any path, a host daemon's included. Pipes and stream pairs between processes of the
+//! command keep working.
 
 use std::collections::BTreeMap;
 use std::io::{Seek, Write};
@@ -67,7 +68,28 @@ pub fn no_network_program() -> Result<BpfProgram, String> {
         );
     }
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    // socketpair by the same allowlist: an unconnected datagram pair can `sendto` any path,
+    // a host daemon's socket included.
+    let mut pair_rules = Vec::new();
+    for kind in 0..=SOCK_TYPE_MASK {
+        if kind == libc::SOCK_STREAM as u64 {
+            continue;
+        }
+        pair_rules.push(
+            SeccompRule::new(vec![
+                SeccompCondition::new(
+                    1,
+                    SeccompCmpArgLen::Dword,
+                    SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+                    kind,
+                )
+                .map_err(fail)?,
+            ])
+            .map_err(fail)?,
+        );
+    }
     rules.insert(libc::SYS_socket, socket_rules);
+    rules.insert(libc::SYS_socketpair, pair_rules);
     for always in [
         libc::SYS_connect,
         libc::SYS_bind,
