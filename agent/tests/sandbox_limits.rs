@@ -63,6 +63,7 @@ fn small() -> Limits {
         file_size_bytes: Some(1 << 20),
         open_files: Some(64),
         tmp_bytes: Some(64 << 20),
+        cgroups: true,
     }
 }
 
@@ -109,7 +110,10 @@ async fn a_fork_bomb_ends_at_the_process_limit_and_the_host_stays_responsive() {
             )
             .unwrap();
         assert_eq!(spec.program, "bash", "the launcher joins the cgroup");
-        let cgroup = std::path::PathBuf::from(&spec.args[2]);
+        let script = &spec.args[1];
+        let start = script.find("echo $$ > '").unwrap() + "echo $$ > '".len();
+        let end = script[start..].find("/cgroup.procs'").unwrap() + start;
+        let cgroup = std::path::PathBuf::from(&script[start..end]);
         assert!(cgroup.join("pids.max").is_file());
         process::run(&spec, &CancellationToken::new())
             .await
@@ -173,6 +177,51 @@ async fn the_private_tmp_cannot_fill_the_host_s_memory() {
     assert!(used <= 64, "{used} MB in /tmp: {out}");
 }
 
+/// Memory that no address-space limit sees — a memfd, /dev/shm, a masked directory's tmpfs,
+/// several processes together — is bounded by the command's memory cgroup. Needs a memory
+/// cgroup (root here and in CI).
+#[tokio::test]
+async fn memory_outside_the_address_space_limit_is_bounded_too() {
+    if limits::memory_cgroup_parent().is_none() {
+        panic!("no memory cgroup can be made here: the memory limit covers only address space");
+    }
+    let ws = workspace();
+    // Only memory binds here: files and /tmp may be as large as they like.
+    let limits = Limits {
+        memory_bytes: Some(256 << 20),
+        file_size_bytes: None,
+        tmp_bytes: None,
+        ..small()
+    };
+    for (name, command) in [
+        (
+            "memfd",
+            "python3 -c \"import os; fd = os.memfd_create('x'); [os.write(fd, b'x' * (1 << 20)) for _ in range(600)]; print('FILLED')\"",
+        ),
+        (
+            "/dev/shm",
+            "for i in $(seq 600); do head -c 1048576 /dev/zero >> /dev/shm/fill || break; done; [ $(stat -c %s /dev/shm/fill) -ge 600000000 ] && echo FILLED",
+        ),
+        (
+            "three processes",
+            "for i in 1 2 3; do python3 -c \"x = bytearray(200 * 2**20); import time; time.sleep(1); print('HELD')\" & done; wait; echo DONE",
+        ),
+    ] {
+        let out = bash(ws.path(), limits, command, 60_000).await;
+        assert!(!out.contains("FILLED"), "{name}: {out}");
+        if name == "three processes" {
+            assert!(
+                out.lines().filter(|l| l.trim() == "HELD").count() < 3,
+                "{name}: {out}"
+            );
+        }
+        assert!(
+            out.contains("memory limit"),
+            "{name}: the model is told: {out}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn too_many_open_files_are_refused() {
     let ws = workspace();
@@ -198,8 +247,11 @@ async fn as_an_unprivileged_user_the_rlimits_hold() {
         return;
     }
     let ws = workspace();
+    // No cgroups: a cgroup anvil made as root is not this user's to join (a real
+    // unprivileged anvil makes its own, where it may).
     let limits = Limits {
         processes: None,
+        cgroups: false,
         ..small()
     };
     // No credential masks: root's home is not this user's to mount over (the privilege suite

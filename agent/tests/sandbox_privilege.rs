@@ -75,7 +75,7 @@ fn attacks(s: &Scene) -> String {
         "grep -q '^NoNewPrivs:\\s*1$' /proc/self/status || echo ESCAPED:no-nnp".into(),
         "echo 1 > /proc/sys/kernel/sysrq 2>/dev/null && echo ESCAPED:proc-sys".into(),
         "[ \"$(id -u)\" != 0 ] || echo ESCAPED:uid-0".into(),
-        "unshare -U -r true 2>/dev/null && unshare -U -r mount -o remount,bind,rw / 2>/dev/null && echo ESCAPED:nested-userns".into(),
+        "unshare -U -r true 2>/dev/null && echo ESCAPED:nested-userns".into(),
         "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_RAW)' 2>/dev/null && echo ESCAPED:unix-raw-socket".into(),
         "python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)' 2>/dev/null && echo ESCAPED:unix-dgram-socket".into(),
         "head -c 4 /etc/shadow 2>/dev/null | grep -q . && echo ESCAPED:read-shadow".into(),
@@ -198,6 +198,8 @@ async fn without_the_drop_root_escapes_which_the_suite_would_see() {
     while i < args.len() {
         if matches!(args[i].as_str(), "--cap-drop" | "--uid" | "--gid") {
             args.drain(i..i + 2);
+        } else if args[i] == "--disable-userns" {
+            args.remove(i);
         } else {
             i += 1;
         }

@@ -258,6 +258,7 @@ pub fn sandbox_limits(config: &anvil_llm::config::SandboxLimits) -> Limits {
         file_size_bytes: pick(config.file_size_mb, 1 << 20, defaults.file_size_bytes),
         open_files: pick(config.open_files, 1, defaults.open_files),
         tmp_bytes: pick(config.tmp_mb, 1 << 20, defaults.tmp_bytes),
+        cgroups: defaults.cgroups,
     }
 }
 
@@ -308,6 +309,7 @@ mod tests {
                 file_size_bytes: Some(2 << 20),
                 open_files: defaults.open_files,
                 tmp_bytes: None,
+                cgroups: true,
             }
         );
         assert_eq!(sandbox_limits(&Default::default()), defaults);

@@ -95,6 +95,9 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
         // or mount over the workspace's protected paths.
         "--cap-drop",
         "ALL",
+        // No user namespaces inside: a nested one would let a command mount tmpfs after tmpfs
+        // (memory outside every limit) and reach kernel code meant for real root.
+        "--disable-userns",
     ]
     .iter()
     .map(|s| s.to_string())

@@ -6,7 +6,9 @@
 //!   launcher (bash) that then becomes bubblewrap, soft and hard alike (raising a hard limit
 //!   needs a capability the sandbox does not have). They bind root too. The launcher also
 //!   closes every descriptor anvil did not pass on purpose.
-//! - The private /tmp is a tmpfs (memory): its size is bounded too.
+//! - The private /tmp is a tmpfs (memory): its size is bounded too. And where a memory cgroup
+//!   can be made, the command's whole memory — every process, tmpfs files, shared memory — is
+//!   bounded by it (an address-space rlimit is per process and counts no tmpfs).
 //! - Processes: `RLIMIT_NPROC` counts every process of the host uid and does not bind uid 0
 //!   at all (a process of host root is exempt), so processes are bounded by a **pids cgroup**
 //!   when one can be made (cgroup v1's `pids` hierarchy, or a cgroup v2 directory whose
@@ -29,6 +31,8 @@ pub struct Limits {
     pub open_files: Option<u64>,
     /// Size of the sandbox's private /tmp (a tmpfs: memory), bytes.
     pub tmp_bytes: Option<u64>,
+    /// Bound processes and memory with cgroups where they can be made.
+    pub cgroups: bool,
 }
 
 impl Default for Limits {
@@ -49,6 +53,7 @@ impl Default for Limits {
                     .map(|m| (m / 4).min(4 << 30))
                     .unwrap_or(1 << 30),
             ),
+            cgroups: true,
         }
     }
 }
@@ -61,14 +66,14 @@ impl Limits {
         file_size_bytes: None,
         open_files: None,
         tmp_bytes: None,
+        cgroups: false,
     };
 
     /// The host-side launcher (a bash script): closes every descriptor but stdio and the
     /// `keep` ones it was given on purpose (anything anvil itself inherited would otherwise
-    /// reach the sandbox), sets the rlimits (soft and hard), joins the pids cgroup named by
-    /// `$0` when `cgroup`, then runs the sandbox (`"$@"`). `nproc`: bound processes by
-    /// `RLIMIT_NPROC` too (when no cgroup does).
-    pub fn launcher(&self, nproc: bool, cgroup: bool, keep: &[i32]) -> String {
+    /// reach the sandbox), sets the rlimits (soft and hard), joins `cgroups`, then runs the
+    /// sandbox (`"$@"`). `nproc`: bound processes by `RLIMIT_NPROC` too (when no cgroup does).
+    pub fn launcher(&self, nproc: bool, cgroups: &[PathBuf], keep: &[i32]) -> String {
         let kept: Vec<String> = [0, 1, 2].iter().chain(keep).map(i32::to_string).collect();
         let mut parts = vec![format!(
             // No redirection around the loop: bash would park the real stderr on a spare
@@ -89,8 +94,9 @@ impl Limits {
         if nproc && let Some(p) = self.processes {
             parts.push(format!("ulimit -u {p}"));
         }
-        if cgroup {
-            parts.push("echo $$ > \"$0/cgroup.procs\"".into());
+        for dir in cgroups {
+            // anvil's own paths (…/anvil-PID-N): nothing to quote inside single quotes.
+            parts.push(format!("echo $$ > '{}/cgroup.procs'", dir.display()));
         }
         parts.push("exec \"$@\"".into());
         parts.join(" && ")
@@ -124,17 +130,26 @@ fn physical_memory() -> Option<u64> {
 
 /// Where pids cgroups for commands can be made on this machine, if anywhere.
 pub fn pids_cgroup_parent() -> Option<PathBuf> {
-    // cgroup v1: the pids hierarchy's root (or anvil's own place in it).
-    let v1 = Path::new("/sys/fs/cgroup/pids");
+    cgroup_parent("pids")
+}
+
+/// Where memory cgroups for commands can be made on this machine, if anywhere.
+pub fn memory_cgroup_parent() -> Option<PathBuf> {
+    cgroup_parent("memory")
+}
+
+/// Where cgroups of `controller` can be made: cgroup v1's hierarchy for it (anvil's own place
+/// in it, or its root), or anvil's own cgroup v2 when the controller is delegated there.
+fn cgroup_parent(controller: &str) -> Option<PathBuf> {
+    let v1 = Path::new("/sys/fs/cgroup").join(controller);
     if v1.join("cgroup.procs").is_file() {
-        let own = own_cgroup("pids").map(|p| v1.join(p.trim_start_matches('/')));
-        for dir in own.into_iter().chain([v1.to_path_buf()]) {
+        let own = own_cgroup(controller).map(|p| v1.join(p.trim_start_matches('/')));
+        for dir in own.into_iter().chain([v1.clone()]) {
             if writable_dir(&dir) {
                 return Some(dir);
             }
         }
     }
-    // cgroup v2: anvil's own cgroup, if the pids controller is delegated to its children.
     for mount in [
         Path::new("/sys/fs/cgroup"),
         Path::new("/sys/fs/cgroup/unified"),
@@ -144,7 +159,7 @@ pub fn pids_cgroup_parent() -> Option<PathBuf> {
         }
         let own = own_cgroup("").map(|p| mount.join(p.trim_start_matches('/')))?;
         let delegated = std::fs::read_to_string(own.join("cgroup.subtree_control"))
-            .is_ok_and(|c| c.split_whitespace().any(|c| c == "pids"));
+            .is_ok_and(|c| c.split_whitespace().any(|c| c == controller));
         if delegated && writable_dir(&own) {
             return Some(own);
         }
@@ -171,17 +186,57 @@ fn writable_dir(dir: &Path) -> bool {
     dir.is_dir() && nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
-/// A pids cgroup for one command under `parent`, holding at most `max` processes.
-pub fn make_pids_cgroup(parent: &Path, max: u64) -> std::io::Result<PathBuf> {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+static NEXT_CGROUP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A new cgroup directory for one command under `parent`, with `settings` written into it
+/// (the first that can be written of each group of alternatives: v1 and v2 name them
+/// differently).
+fn make_cgroup(parent: &Path, settings: &[(&[&str], String)]) -> std::io::Result<PathBuf> {
+    let n = NEXT_CGROUP.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = parent.join(format!("anvil-{}-{n}", std::process::id()));
     std::fs::create_dir(&dir)?;
-    if let Err(e) = std::fs::write(dir.join("pids.max"), max.to_string()) {
-        let _ = std::fs::remove_dir(&dir);
-        return Err(e);
+    for (names, value) in settings {
+        let written = names
+            .iter()
+            .any(|name| std::fs::write(dir.join(name), value).is_ok());
+        if !written {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(std::io::Error::other(format!(
+                "cannot set {} in {}",
+                names.join(" or "),
+                dir.display()
+            )));
+        }
     }
     Ok(dir)
+}
+
+/// A pids cgroup for one command under `parent`, holding at most `max` processes.
+pub fn make_pids_cgroup(parent: &Path, max: u64) -> std::io::Result<PathBuf> {
+    make_cgroup(parent, &[(&["pids.max"], max.to_string())])
+}
+
+/// A memory cgroup for one command under `parent`: all its memory — processes, tmpfs files,
+/// shared memory — at most `bytes`.
+pub fn make_memory_cgroup(parent: &Path, bytes: u64) -> std::io::Result<PathBuf> {
+    make_cgroup(
+        parent,
+        &[(&["memory.limit_in_bytes", "memory.max"], bytes.to_string())],
+    )
+}
+
+/// Whether the command in the memory cgroup `cgroup` ran out of memory.
+pub fn hit_memory_limit(cgroup: &Path) -> bool {
+    let v1 = std::fs::read_to_string(cgroup.join("memory.failcnt"))
+        .ok()
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > 0);
+    let v2 = std::fs::read_to_string(cgroup.join("memory.events")).is_ok_and(|e| {
+        e.lines()
+            .filter_map(|l| l.strip_prefix("max ").or_else(|| l.strip_prefix("oom ")))
+            .any(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0))
+    });
+    v1 || v2
 }
 
 /// Whether the command in `cgroup` was refused a process because of the limit.
@@ -206,17 +261,18 @@ mod tests {
             file_size_bytes: Some(1 << 20),
             open_files: Some(64),
             tmp_bytes: None,
+            cgroups: true,
         };
-        let script = limits.launcher(true, true, &[3, 4]);
+        let script = limits.launcher(true, &[PathBuf::from("/cg/pids/anvil-1-0")], &[3, 4]);
         assert!(script.starts_with("for f in /proc/self/fd/*"), "{script}");
         assert!(script.contains("\" 0 1 2 3 4 \""), "{script}");
         assert!(
             script.ends_with(
-                "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && ulimit -u 100 && echo $$ > \"$0/cgroup.procs\" && exec \"$@\""
+                "ulimit -v 2097152 && ulimit -f 1024 && ulimit -n 64 && ulimit -u 100 && echo $$ > '/cg/pids/anvil-1-0/cgroup.procs' && exec \"$@\""
             ),
             "{script}"
         );
-        let bare = Limits::NONE.launcher(false, false, &[]);
+        let bare = Limits::NONE.launcher(false, &[], &[]);
         assert!(bare.ends_with("; true && exec \"$@\""), "{bare}");
         let d = Limits::default();
         assert!(d.memory_bytes.unwrap() >= 4 << 30);

@@ -130,6 +130,8 @@ pub struct SandboxGuard {
     created: Vec<PathBuf>,
     /// The pids cgroup made for the command, removed once it is empty.
     cgroup: Option<PathBuf>,
+    /// The memory cgroup made for the command, likewise.
+    memory_cgroup: Option<PathBuf>,
     processes: Option<u64>,
     /// The writable workspace and the nested repositories it held when the command started
     /// (mounted read-only for it), and when it started; `None` when nothing was writable.
@@ -165,14 +167,30 @@ impl SandboxGuard {
     /// What to tell the caller about the command's limits, once it has ended: whether it ran
     /// into the process limit.
     pub fn limit_note(&self) -> Option<String> {
-        let cgroup = self.cgroup.as_ref()?;
-        limits::hit_process_limit(cgroup).then(|| {
-            format!(
+        let mut notes = Vec::new();
+        if self
+            .cgroup
+            .as_ref()
+            .is_some_and(|c| limits::hit_process_limit(c))
+        {
+            notes.push(format!(
                 "The command reached the sandbox's limit of {} processes; new processes were \
                  refused (a fork bomb, or a build with too much parallelism).",
                 self.processes.unwrap_or_default()
-            )
-        })
+            ));
+        }
+        if self
+            .memory_cgroup
+            .as_ref()
+            .is_some_and(|c| limits::hit_memory_limit(c))
+        {
+            notes.push(
+                "The command reached the sandbox's memory limit (its processes, /tmp and shared \
+                 memory together); allocations failed or a process was killed."
+                    .to_string(),
+            );
+        }
+        (!notes.is_empty()).then(|| notes.join("\n"))
     }
 }
 
@@ -182,7 +200,7 @@ impl Drop for SandboxGuard {
             // Only an empty directory is removed: anything else was not ours.
             let _ = std::fs::remove_dir(dir);
         }
-        if let Some(cgroup) = &self.cgroup {
+        for cgroup in self.cgroup.iter().chain(&self.memory_cgroup) {
             // The command's process group is gone; its last members may take a moment.
             for _ in 0..50 {
                 if std::fs::remove_dir(cgroup).is_ok() || !cgroup.exists() {
@@ -425,6 +443,7 @@ impl Sandbox {
                     let _cleanup = SandboxGuard {
                         created: mounts.reserved,
                         cgroup: None,
+                        memory_cgroup: None,
                         processes: None,
                         nested: None,
                     };
@@ -486,6 +505,7 @@ impl Sandbox {
         let bound = match self.limits.processes {
             None => limits::ProcessBound::NotAsked,
             Some(max) => match limits::pids_cgroup_parent()
+                .filter(|_| self.limits.cgroups)
                 .and_then(|parent| limits::make_pids_cgroup(&parent, max).ok())
             {
                 Some(dir) => limits::ProcessBound::Cgroup(dir),
@@ -517,16 +537,24 @@ impl Sandbox {
             limits::ProcessBound::Cgroup(dir) => Some(dir.clone()),
             _ => None,
         };
+        // All of the command's memory (tmpfs and shared memory included) where a memory
+        // cgroup can be made.
+        let memory_cgroup = self
+            .limits
+            .memory_bytes
+            .filter(|_| self.limits.cgroups)
+            .and_then(|bytes| {
+                limits::memory_cgroup_parent()
+                    .and_then(|parent| limits::make_memory_cgroup(&parent, bytes).ok())
+            });
         let nproc = bound == limits::ProcessBound::Rlimit;
         let keep: Vec<i32> = (0..wrapped.pass_fds.len() as i32).map(|i| 3 + i).collect();
-        let script = self.limits.launcher(nproc, cgroup.is_some(), &keep);
+        let joined: Vec<PathBuf> = cgroup.iter().chain(&memory_cgroup).cloned().collect();
+        let script = self.limits.launcher(nproc, &joined, &keep);
         let mut outer = vec![
             "-c".to_string(),
             script,
-            cgroup
-                .as_ref()
-                .map(|d| d.display().to_string())
-                .unwrap_or_else(|| "anvil-sandbox".into()),
+            "anvil-sandbox".to_string(),
             wrapped.program.clone(),
         ];
         outer.append(&mut wrapped.args);
@@ -543,6 +571,7 @@ impl Sandbox {
             // bubblewrap creates these mount points in the (writable) workspace.
             created: mounts.reserved.clone(),
             cgroup,
+            memory_cgroup,
             processes: self.limits.processes,
             nested,
         };

@@ -2,15 +2,15 @@
 //! reach host daemons over filesystem Unix sockets (Postgres, Docker, the session bus — verified
 //! on this machine), so the filter refuses, with EPERM:
 //! - `socket` for any family but AF_UNIX (no IP, netlink, packet sockets);
-//! - `socket(AF_UNIX, …)` of any type but `SOCK_STREAM` (an allowlist over the whole type
-//!   field): an unconnected datagram socket needs no `connect` to reach a host daemon —
+//! - `socket(AF_UNIX, …)` of any type but `SOCK_STREAM` and `SOCK_SEQPACKET` (an allowlist
+//!   over the whole type field): an unconnected datagram socket needs no `connect` to reach a host daemon —
 //!   `sendto`/`sendmsg` name the address (`/dev/log`, `$NOTIFY_SOCKET`), and seccomp cannot
 //!   look inside `sendmsg`'s message — and `SOCK_RAW`/`SOCK_SEQPACKET` lead to the same place,
 //!   so no such socket is created at all;
 //! - `connect`, `bind` and `listen` (no talking to a host daemon's socket, no servers);
 //! - io_uring, which can issue those operations without the syscalls above.
 //!
-//! `socketpair` is allowed for stream pairs only (the same allowlist): a datagram pair can
+//! `socketpair` is allowed for stream and seqpacket pairs only (the same allowlist): a datagram pair can
 //! `sendto` any path, a host daemon's included. Pipes and stream pairs between processes of the
 //! command keep working.
 
@@ -49,9 +49,13 @@ pub fn no_network_program() -> Result<BpfProgram, String> {
     // every one of the 16 values but SOCK_STREAM leaves nothing else through — including
     // SOCK_RAW, which the kernel quietly turns into a datagram socket for AF_UNIX.
     const SOCK_TYPE_MASK: u64 = 0xf;
+    // Stream, and seqpacket: connection-oriented, so a socket of either reaches nothing without
+    // `connect` (refused below), and Rust's std sends a spawned child's pidfd over a seqpacket
+    // socketpair (cargo could not run rustc without it).
+    const ALLOWED_TYPES: [u64; 2] = [libc::SOCK_STREAM as u64, libc::SOCK_SEQPACKET as u64];
     let mut socket_rules = vec![not_unix];
     for kind in 0..=SOCK_TYPE_MASK {
-        if kind == libc::SOCK_STREAM as u64 {
+        if ALLOWED_TYPES.contains(&kind) {
             continue;
         }
         socket_rules.push(
@@ -72,7 +76,7 @@ pub fn no_network_program() -> Result<BpfProgram, String> {
     // a host daemon's socket included.
     let mut pair_rules = Vec::new();
     for kind in 0..=SOCK_TYPE_MASK {
-        if kind == libc::SOCK_STREAM as u64 {
+        if ALLOWED_TYPES.contains(&kind) {
             continue;
         }
         pair_rules.push(
