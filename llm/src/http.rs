@@ -166,7 +166,23 @@ pub(crate) async fn send_streaming(
         Ok(sent) => sent?,
         Err(_) => return Err(error),
     };
-    let response = check_status(response).await?;
+    // An error body is read under the same deadlines: a server that announces one and stalls
+    // must not hold the turn.
+    let status = response.status();
+    let remaining = options
+        .request_deadline
+        .saturating_sub(started.elapsed())
+        .min(options.response_timeout);
+    let response = match tokio::time::timeout(remaining, check_status(response)).await {
+        Ok(checked) => checked?,
+        Err(_) => {
+            return Err(LlmError::Http {
+                status: status.as_u16(),
+                body: "(the error body did not arrive within the request's deadline)".into(),
+                retry_after: None,
+            });
+        }
+    };
     Ok(decode_stream(
         response.bytes_stream(),
         state,

@@ -328,6 +328,27 @@ async fn a_server_sending_keepalives_forever_ends_at_the_request_deadline() {
     assert_eq!(server.connections(), 1);
 }
 
+/// An error response whose body never finishes is under the deadline too.
+#[tokio::test]
+async fn a_stalled_error_body_ends_at_the_request_deadline() {
+    let server = support::RawServer::start(support::Behaviour::StalledError).await;
+    let model = one_second_deadline(&server.uri, fast_retry())
+        .resolve("lab:m")
+        .unwrap();
+    let started = Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(20), model.provider.stream(&request()))
+        .await
+        .expect("the request outlived its deadline by far")
+        .err()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(err.to_string().contains("500"), "{err}");
+}
+
 #[tokio::test]
 async fn a_deadline_hit_before_the_headers_is_retried_only_within_the_retry_budget() {
     let server = support::RawServer::start(support::Behaviour::Silent).await;

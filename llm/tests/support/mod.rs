@@ -42,6 +42,8 @@ pub enum Behaviour {
     Ping { every: std::time::Duration },
     /// Never answers (keeps the connection open).
     Silent,
+    /// Answers 500 announcing a 1000-byte body, sends one byte of it, then stalls.
+    StalledError,
     /// Answers 200 with an OpenAI Chat event stream of text deltas as fast as it can, up to
     /// `bytes` of body, then closes the connection without `[DONE]`.
     Flood { bytes: usize },
@@ -105,6 +107,13 @@ async fn serve(mut socket: tokio::net::TcpStream, behaviour: Behaviour) {
     match behaviour {
         Behaviour::Silent => {
             // Hold the connection (the socket lives in this task) until the test ends.
+            std::future::pending::<()>().await;
+        }
+        Behaviour::StalledError => {
+            let head = b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{";
+            if socket.write_all(head).await.is_err() {
+                return;
+            }
             std::future::pending::<()>().await;
         }
         Behaviour::Ping { every } => {
