@@ -47,9 +47,16 @@ fn basename(word: &str) -> &str {
     word.rsplit('/').next().unwrap_or(word)
 }
 
-/// `--name` or `--name=value`.
+/// `--name` or `--name=value`, or an abbreviation of `--name` (at least two letters after
+/// the dashes): git, npm and make accept any unambiguous prefix of a long option
+/// (`--upload-pa=` is `--upload-pack=`), and taking a prefix for the option only ever asks
+/// more, never less.
 fn long(word: &str, name: &str) -> bool {
-    word == name || word.strip_prefix(name).is_some_and(|r| r.starts_with('='))
+    if word == name || word.strip_prefix(name).is_some_and(|r| r.starts_with('=')) {
+        return true;
+    }
+    let given = word.split_once('=').map_or(word, |(k, _)| k);
+    name.starts_with("--") && given.starts_with("--") && given.len() >= 4 && name.starts_with(given)
 }
 
 /// The value of an option at `i` (`--name=value`, `-Xvalue` or the next word).
@@ -330,6 +337,16 @@ fn pytest(words: &[String], from: usize, hits: &mut Vec<(usize, &'static str)>) 
     for (i, w) in words.iter().enumerate().skip(from) {
         if w == "-p" || (w.starts_with("-p") && w.len() > 2) {
             hits.push((i, "loads a pytest plugin named on the command line"));
+        } else if w == "-o" || (w.starts_with("-o") && w.len() > 2) || long(w, "--override-ini") {
+            hits.push((
+                i,
+                "overrides pytest's configuration (addopts can load plugins)",
+            ));
+        } else if w == "-c" || long(w, "--config-file") || long(w, "--rootdir") {
+            hits.push((
+                i,
+                "takes pytest's configuration from a file of its choosing",
+            ));
         }
     }
 }
@@ -346,7 +363,7 @@ const NODE: &[&str] = &[
     "--loader",
     "--experimental-loader",
 ];
-const PERL: &[&str] = &["-e", "-E"];
+const PERL: &[&str] = &["-e", "-E", "-r", "-M", "-I"];
 
 fn interpreter(words: &[String], flags: &[&str], hits: &mut Vec<(usize, &'static str)>) {
     for (i, w) in words.iter().enumerate().skip(1) {
@@ -447,5 +464,26 @@ mod tests {
         }
         // Inside the rule's own prefix, a flag is the rule's explicit choice.
         assert_eq!(flag("cargo --config x test", 3), None);
+    }
+
+    #[test]
+    fn abbreviated_long_options_and_pytest_config_are_code_flags() {
+        for line in [
+            "git fetch --upload-pa=/tmp/x origin",
+            "git clone --upload-pa=/tmp/x url",
+            "git push --receive-p=/tmp/x origin",
+            "git rebase --exe=/tmp/x main",
+            "npm test --script-shel=/tmp/x",
+            "make --eva=$(shell:x)",
+            "pytest -o addopts=-pX",
+            "pytest --override-ini=addopts=-pX",
+            "pytest -c /tmp/x.ini",
+            "ruby -rX x.rb",
+            "perl -MX -e1",
+        ] {
+            assert!(flag(line, 1).is_some(), "{line}");
+        }
+        // Two letters are not enough to stand for an option.
+        assert_eq!(flag("git fetch --u", 1), None);
     }
 }
