@@ -523,6 +523,12 @@ fn issue_13_deny_rules_match_what_would_run() {
         "bash -c \"$cmd\"",
         "echo rm x | sh",
         "find . -delete",
+        // A second review's detours: an alias in another case, aliases from the environment,
+        // a combined -S.
+        "git -c alias.p=push P",
+        "X=push git --config-env=alias.p=X p",
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.p GIT_CONFIG_VALUE_0=push git p",
+        "env -iS 'rm x'",
         "find . -name '*.o' -exec rm {} +",
         "echo $(rm x)",
         "(cd x && rm y)",

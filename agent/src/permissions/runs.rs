@@ -61,7 +61,16 @@ const MAX_STARTS: usize = 32;
 /// matching for allow rules sees them).
 pub fn invocations(command: &Command) -> Vec<Invocation> {
     let mut out = Vec::new();
+    // Git takes configuration (aliases included) from the environment: what such a git
+    // command runs cannot be judged from its words.
+    let git_env = command.assignments.iter().any(|a| {
+        a.literal()
+            .is_none_or(|a| a.starts_with("GIT_CONFIG") || a.starts_with("GIT_EXEC_PATH"))
+    });
     expand(command.words.clone(), false, 0, &mut out);
+    if git_env && out.iter().any(|i| i.display().starts_with("git")) {
+        out.push(Invocation::unknown("git configured from the environment"));
+    }
     out
 }
 
@@ -462,6 +471,15 @@ fn env(words: &[Word], open: bool, depth: usize, out: &mut Vec<Invocation>) {
                 i + 1,
             )),
             v if v.starts_with("-S") => Some((Some(Word::Literal(v[2..].to_string())), i + 1)),
+            // A cluster of short options with S in it (`-iS 'rm x'`, `-vSrm`).
+            v if !v.starts_with("--") && v.starts_with('-') && v.contains('S') => {
+                let rest = &v[v.find('S').map_or(v.len(), |p| p + 1)..];
+                if rest.is_empty() {
+                    Some((words.get(i + 1).cloned(), i + 2))
+                } else {
+                    Some((Some(Word::Literal(rest.to_string())), i + 1))
+                }
+            }
             _ => None,
         };
         if let Some((string, next)) = split {
@@ -712,6 +730,18 @@ fn git(words: &[Word], open: bool, depth: usize, out: &mut Vec<Invocation>) {
                 aliases.push((alias.to_string(), value.to_string()));
             }
             i += if v == "-c" { 2 } else { 1 };
+        } else if name == "--config-env" {
+            // `--config-env=KEY=VAR`: KEY's value comes from the environment.
+            let setting = match v.split_once('=') {
+                Some((_, rest)) => Some(rest),
+                None => words.get(i + 1).and_then(Word::literal),
+            };
+            if setting.is_none_or(|s| s.to_ascii_lowercase().starts_with("alias.")) {
+                out.push(Invocation::unknown(
+                    "a git alias taken from the environment",
+                ));
+            }
+            i += if v.contains('=') { 1 } else { 2 };
         } else if VALUE.contains(&name) {
             i += if v.contains('=') || (v.starts_with("-C") && v.len() > 2) {
                 1
@@ -744,8 +774,9 @@ fn git(words: &[Word], open: bool, depth: usize, out: &mut Vec<Invocation>) {
         w.extend_from_slice(&words[i..]);
         push(out, w, open);
     }
-    let sub = words[i].literal().unwrap_or_default();
-    if let Some((_, value)) = aliases.iter().find(|(a, _)| a == sub) {
+    // Alias names are matched as git does: without regard to case.
+    let sub = words[i].literal().unwrap_or_default().to_ascii_lowercase();
+    if let Some((_, value)) = aliases.iter().find(|(a, _)| *a == sub) {
         match value.strip_prefix('!') {
             Some(shell_code) => script(shell_code, depth, out),
             None => {
@@ -862,6 +893,27 @@ mod tests {
             );
         }
         assert!(runs("git -c 'alias.p=!rm x' p").iter().any(|r| r == "rm x"));
+        // Alias names are case-insensitive to git.
+        assert!(
+            runs("git -c alias.p=push P")
+                .iter()
+                .any(|r| r == "git push")
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_judged_is_marked_so() {
+        for line in [
+            "X=push git --config-env=alias.p=X p",
+            "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=alias.p GIT_CONFIG_VALUE_0=push git p",
+        ] {
+            let s = shell::parse(line);
+            let unknown = s.commands.iter().flat_map(invocations).any(|i| {
+                i.display().contains("…") || i.words.iter().any(|w| w.literal().is_none())
+            });
+            assert!(unknown, "{line}: {:?}", runs(line));
+        }
+        assert!(runs_rm("env -iS 'rm x'"), "{:?}", runs("env -iS 'rm x'"));
     }
 
     #[test]
