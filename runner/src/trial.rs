@@ -234,7 +234,7 @@ impl AgentTrials {
             format!(
                 "model {} needs {var}, which is not set on worker {} (pid {})",
                 model.name,
-                host_name(),
+                crate::worker::host_name(),
                 std::process::id()
             )
         })
@@ -497,14 +497,6 @@ impl AgentTrials {
             accounting: result.accounting,
         }))
     }
-}
-
-fn host_name() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".into())
 }
 
 fn keep_note(reason: String, ws: &workspace::Workspace, keep: bool) -> String {

@@ -105,7 +105,8 @@ pub fn worker_name() -> String {
     format!("{host}-{}-{}", std::process::id(), &suffix[..8])
 }
 
-fn host_name() -> String {
+/// This machine's name, for worker names and infrastructure errors.
+pub fn host_name() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())

@@ -53,45 +53,26 @@ pub fn no_network_program() -> Result<BpfProgram, String> {
     // `connect` (refused below), and Rust's std sends a spawned child's pidfd over a seqpacket
     // socketpair (cargo could not run rustc without it).
     const ALLOWED_TYPES: [u64; 2] = [libc::SOCK_STREAM as u64, libc::SOCK_SEQPACKET as u64];
+    // One rule per refused type: the rule matches (and refuses) when `type & 0xf` is it.
+    let refused_types = (0..=SOCK_TYPE_MASK)
+        .filter(|kind| !ALLOWED_TYPES.contains(kind))
+        .map(|kind| {
+            let cond = SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
+                kind,
+            )
+            .map_err(fail)?;
+            SeccompRule::new(vec![cond]).map_err(fail)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let mut socket_rules = vec![not_unix];
-    for kind in 0..=SOCK_TYPE_MASK {
-        if ALLOWED_TYPES.contains(&kind) {
-            continue;
-        }
-        socket_rules.push(
-            SeccompRule::new(vec![
-                SeccompCondition::new(
-                    1,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
-                    kind,
-                )
-                .map_err(fail)?,
-            ])
-            .map_err(fail)?,
-        );
-    }
+    socket_rules.extend(refused_types.iter().cloned());
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
     // socketpair by the same allowlist: an unconnected datagram pair can `sendto` any path,
     // a host daemon's socket included.
-    let mut pair_rules = Vec::new();
-    for kind in 0..=SOCK_TYPE_MASK {
-        if ALLOWED_TYPES.contains(&kind) {
-            continue;
-        }
-        pair_rules.push(
-            SeccompRule::new(vec![
-                SeccompCondition::new(
-                    1,
-                    SeccompCmpArgLen::Dword,
-                    SeccompCmpOp::MaskedEq(SOCK_TYPE_MASK),
-                    kind,
-                )
-                .map_err(fail)?,
-            ])
-            .map_err(fail)?,
-        );
-    }
+    let pair_rules = refused_types;
     rules.insert(libc::SYS_socket, socket_rules);
     rules.insert(libc::SYS_socketpair, pair_rules);
     for always in [
