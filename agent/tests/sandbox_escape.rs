@@ -634,3 +634,50 @@ async fn inherited_descriptors_do_not_reach_the_command() {
     );
     drop(fd);
 }
+
+/// A fourth review: moving a read-only repository away with its parent and building a new one
+/// at the old path; a cache tag made in one command to hide a repository made in the next.
+#[tokio::test]
+async fn swapped_or_cache_hidden_repositories_are_still_neutralized() {
+    let b = setup();
+    let marker = b.outside.join("PWNED3");
+    let m = marker.display();
+    git_init(&b.workspace.join("a"));
+    // One session (one sandbox) for both commands, as an agent's turn has.
+    let env = ChildEnv::default().with_base(vec![
+        ("PATH".into(), std::env::var("PATH").unwrap_or_default()),
+        ("HOME".into(), b.home.display().to_string()),
+    ]);
+    let sandbox = Sandbox::new(OFF, &b.workspace).with_home(&b.home);
+    let mut r = ToolRegistry::new();
+    r.register(Arc::new(Bash::new(env, Arc::new(sandbox))))
+        .unwrap();
+    let ctx = ToolContext::new(&b.workspace);
+    let bash = async |command: String| match r
+        .dispatch(
+            "id",
+            "bash",
+            &json!({"command": command, "timeout_ms": 20000}),
+            &ctx,
+        )
+        .await
+    {
+        ContentBlock::ToolResult { content, .. } => content,
+        other => panic!("{other:?}"),
+    };
+    let out = bash(format!(
+        "mv a moved && git init -q a && git -C a config core.fsmonitor 'touch {m}'; \
+         mkdir lib && printf 'Signature: 8a477f597d28d172789f06886806bc55\\n' > lib/CACHEDIR.TAG; echo ONE"
+    ))
+    .await;
+    assert!(out.contains("ONE"), "{out}");
+    let out = bash(format!(
+        "git init -q lib/r && git -C lib/r config core.fsmonitor 'touch {m}'; echo TWO"
+    ))
+    .await;
+    assert!(out.contains("TWO"), "{out}");
+    for dir in ["a", "lib/r"] {
+        host_git(&b.workspace.join(dir), &["status"]);
+    }
+    assert!(!marker.exists(), "a planted program ran on the host");
+}

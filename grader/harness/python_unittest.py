@@ -21,7 +21,6 @@ why the grader also scans the workspace for tampering.
 """
 
 import builtins
-import importlib.util
 import json
 import os
 import sys
@@ -254,13 +253,15 @@ def _shadow_findings(sources, loaded):
     return found
 
 
-def _load(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError("cannot load " + path)
-    module = importlib.util.module_from_spec(spec)
+def _load(path, name, source):
+    """Runs a protected test file from `source`, read before any code under test ran (which
+    could otherwise move the protected file's directory away and put another in its place)."""
+    if source is None:
+        raise ImportError("cannot read " + path)
+    module = type(sys)(name)
+    module.__file__ = path
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    exec(compile(source, path, "exec"), module.__dict__)
     return module
 
 
@@ -304,6 +305,18 @@ def main():
     sys.path.extend(list(sources))
     sys.path.extend(d for d in site.getsitepackages() if d not in sys.path)
 
+    # Every protected test file is read now, before any of them (and the code under test they
+    # import) runs.
+    texts = {}
+    for test_id in tests:
+        file_part = test_id.partition("::")[0]
+        if file_part not in texts:
+            try:
+                with open(os.path.join(root, file_part), "rb") as f:
+                    texts[file_part] = f.read()
+            except OSError:
+                texts[file_part] = None
+
     baseline = _snapshot()
     modules = {}
     for test_id in tests:
@@ -312,7 +325,10 @@ def main():
             continue
         module_name = file_part[:-3].replace("/", ".") if file_part.endswith(".py") else file_part
         try:
-            modules[file_part] = (_load(os.path.join(root, file_part), module_name), None)
+            modules[file_part] = (
+                _load(os.path.join(root, file_part), module_name, texts[file_part]),
+                None,
+            )
         except BaseException as e:  # noqa: BLE001 - a module that raises or exits on import
             modules[file_part] = (None, "".join(_format_exc(type(e), e, e.__traceback__))[-2000:])
         changed = _changes(baseline, _snapshot())

@@ -1189,3 +1189,24 @@ async fn a_workspace_that_fills_the_disk_is_not_a_grader_error() {
     assert_eq!(r.verdict, Verdict::Tampered, "{r:#?}");
     assert!(kinds(&r).contains(&"oversized_file"), "{r:#?}");
 }
+
+/// A fourth review: code under test moved the protected tests' directory away (a read-only
+/// file cannot be written, but its parent can be renamed) and put forged tests in its place
+/// before the runner loaded them. Fixed: the runner reads every protected test file before any
+/// of them runs.
+#[tokio::test]
+async fn moving_the_protected_tests_directory_does_not_swap_the_tests() {
+    let root = tempfile::tempdir().unwrap();
+    let py = Task::load(&python_task(root.path())).unwrap();
+    let calc = format!(
+        "import os\nhere = os.path.dirname(os.path.abspath(__file__))\ntry:\n    os.rename(os.path.join(here, 'tests'), os.path.join(here, 'old'))\n    os.mkdir(os.path.join(here, 'tests'))\n    open(os.path.join(here, 'tests', 'test_hidden.py'), 'w').write('import unittest\\nclass H(unittest.TestCase):\\n    def test_negative(self):\\n        pass\\n')\n    print('SWAPPED')\nexcept OSError as e:\n    print('SWAP-REFUSED', e)\n{PY_FIXED_ONLY_POSITIVE}"
+    );
+    let r = grade_files(&py, &[("calc.py", &calc)]).await;
+    assert_caught("swap the tests directory", &r, Verdict::Fail, None);
+    let hidden = r
+        .tests
+        .iter()
+        .find(|t| t.id.ends_with("test_negative"))
+        .unwrap();
+    assert_eq!(hidden.outcome, "failed", "{r:#?}");
+}

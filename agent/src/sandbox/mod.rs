@@ -135,7 +135,19 @@ pub struct SandboxGuard {
     processes: Option<u64>,
     /// The writable workspace and the nested repositories it held when the command started
     /// (mounted read-only for it), and when it started; `None` when nothing was writable.
-    nested: Option<(PathBuf, Vec<PathBuf>, std::time::SystemTime)>,
+    nested: Option<NestedRepos>,
+    /// Whether [`SandboxGuard::after_command`] already ran (else dropping the guard runs it).
+    after_done: std::cell::Cell<bool>,
+}
+
+/// What the guard needs to clean up repositories a command created.
+#[derive(Debug)]
+struct NestedRepos {
+    workspace: PathBuf,
+    /// The protected paths (read-only for the command), with the inode each named then.
+    before: Vec<nested_git::Identity>,
+    /// Build caches tagged before this are not walked.
+    caches_before: std::time::SystemTime,
 }
 
 impl SandboxGuard {
@@ -143,9 +155,10 @@ impl SandboxGuard {
     /// workspace (their config cut to keys that run nothing, their hooks removed, see
     /// [`nested_git`]) and says what was removed.
     pub fn after_command(&self) -> Option<String> {
-        let (workspace, before, started) = self.nested.as_ref()?;
-        let (now, capped) = nested_git::find_capped(workspace, Some(*started));
-        let notes = nested_git::neutralize(&now, before, workspace);
+        self.after_done.set(true);
+        let n = self.nested.as_ref()?;
+        let (now, capped) = nested_git::find_capped(&n.workspace, Some(n.caches_before));
+        let notes = nested_git::neutralize(&now, &n.before, &n.workspace);
         let mut text = Vec::new();
         if !notes.is_empty() {
             text.push(format!(
@@ -196,6 +209,11 @@ impl SandboxGuard {
 
 impl Drop for SandboxGuard {
     fn drop(&mut self) {
+        // A command that ended without its caller asking (cancelled, or its run failed) is
+        // cleaned up all the same; only the note is lost.
+        if !self.after_done.get() {
+            let _ = self.after_command();
+        }
         for dir in &self.created {
             // Only an empty directory is removed: anything else was not ours.
             let _ = std::fs::remove_dir(dir);
@@ -268,6 +286,9 @@ pub struct Sandbox {
     hidden: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
     limits: limits::Limits,
+    /// When the session's sandbox was made: build caches tagged before it are trusted to be
+    /// caches (a command cannot make one to hide a repository in it, even across commands).
+    created: std::time::SystemTime,
     backend: Backend,
     probe: std::sync::OnceLock<Result<(), SandboxError>>,
 }
@@ -284,6 +305,7 @@ impl Sandbox {
             hidden: Vec::new(),
             read_only: Vec::new(),
             limits: limits::Limits::default(),
+            created: std::time::SystemTime::now(),
             backend: Backend::detect(),
             probe: std::sync::OnceLock::new(),
         }
@@ -446,6 +468,7 @@ impl Sandbox {
                         memory_cgroup: None,
                         processes: None,
                         nested: None,
+                        after_done: std::cell::Cell::new(true),
                     };
                     bwrap::works_with(bwrap, &args).map_err(SandboxError::Broken)
                 }
@@ -560,13 +583,12 @@ impl Sandbox {
         outer.append(&mut wrapped.args);
         wrapped.program = "bash".into();
         wrapped.args = outer;
-        let nested = matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. }).then(|| {
-            (
-                self.workspace.clone(),
-                mounts.protected.clone(),
-                std::time::SystemTime::now(),
-            )
-        });
+        let nested =
+            matches!(self.policy, SandboxPolicy::WorkspaceWrite { .. }).then(|| NestedRepos {
+                workspace: self.workspace.clone(),
+                before: nested_git::identities(&mounts.protected),
+                caches_before: self.created,
+            });
         let guard = SandboxGuard {
             // bubblewrap creates these mount points in the (writable) workspace.
             created: mounts.reserved.clone(),
@@ -574,6 +596,7 @@ impl Sandbox {
             memory_cgroup,
             processes: self.limits.processes,
             nested,
+            after_done: std::cell::Cell::new(false),
         };
         Ok((wrapped, guard))
     }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The most directory entries looked at per walk.
-pub const MAX_ENTRIES: usize = 50_000;
+pub const MAX_ENTRIES: usize = 200_000;
 
 /// Config keys a new nested repository may keep: none of them makes git run a program.
 const SAFE_KEYS: &[&str] = &[
@@ -147,12 +147,33 @@ fn gitdir_of(dot_git: &Path) -> Option<PathBuf> {
     base.join(rel).canonicalize().ok()
 }
 
-/// Cuts the configuration of each git directory in `dirs` that is not in `protected` down to
-/// safe keys and removes its hooks. Returns what was removed, for the model.
-pub fn neutralize(dirs: &[PathBuf], protected: &[PathBuf], workspace: &Path) -> Vec<String> {
+/// A path and the inode it named (device, inode) when it was recorded.
+pub type Identity = (PathBuf, Option<(u64, u64)>);
+
+/// `paths` with the inode each names now.
+pub fn identities(paths: &[PathBuf]) -> Vec<Identity> {
+    use std::os::unix::fs::MetadataExt;
+    paths
+        .iter()
+        .map(|p| {
+            let id = std::fs::symlink_metadata(p)
+                .ok()
+                .map(|m| (m.dev(), m.ino()));
+            (p.clone(), id)
+        })
+        .collect()
+}
+
+/// Cuts the configuration of each git directory in `dirs` that is not one of the `protected`
+/// ones — the same path *and* the same inode: a command can move a read-only repository away
+/// with its parent and build a new one at the old path — and removes its hooks. Returns what
+/// was removed, for the model.
+pub fn neutralize(dirs: &[PathBuf], protected: &[Identity], workspace: &Path) -> Vec<String> {
     let mut notes = Vec::new();
-    for dir in dirs {
-        if protected.contains(dir) {
+    let now = identities(dirs);
+    for (dir, id) in &now {
+        let dir = &dir.clone();
+        if id.is_some() && protected.iter().any(|(p, pid)| p == dir && pid == id) {
             continue;
         }
         // A `.git` that is a symlink or a file is not a directory to clean: the directory it
