@@ -8,7 +8,9 @@
 //!   look inside `sendmsg`'s message — and `SOCK_RAW`/`SOCK_SEQPACKET` lead to the same place,
 //!   so no such socket is created at all;
 //! - `connect`, `bind` and `listen` (no talking to a host daemon's socket, no servers);
-//! - io_uring, which can issue those operations without the syscalls above.
+//! - io_uring, which can issue those operations without the syscalls above;
+//! - on x86_64, the same calls under their x32-ABI numbers (bit 30 set), for kernels that
+//!   have x32.
 //!
 //! `socketpair` is allowed for stream and seqpacket pairs only (the same allowlist): a datagram pair can
 //! `sendto` any path, a host daemon's included. Pipes and stream pairs between processes of the
@@ -85,6 +87,14 @@ pub fn no_network_program() -> Result<BpfProgram, String> {
     ] {
         rules.insert(always, Vec::new());
     }
+    // x86_64 kernels built with the x32 ABI take the same calls with bit 30 set in the
+    // number: each rule again under that number, so x32 code is held to the same filter.
+    if std::env::consts::ARCH == "x86_64" {
+        const X32: i64 = 0x4000_0000;
+        let x32: Vec<(i64, Vec<SeccompRule>)> =
+            rules.iter().map(|(nr, r)| (nr | X32, r.clone())).collect();
+        rules.extend(x32);
+    }
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
@@ -133,5 +143,18 @@ mod tests {
         let program = no_network_program().unwrap();
         assert!(program.len() > 8);
         assert_eq!(to_bytes(&program).len(), program.len() * 8);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_numbers_are_filtered_too() {
+        let program = no_network_program().unwrap();
+        for nr in [libc::SYS_socket, libc::SYS_connect, libc::SYS_socketpair] {
+            let x32 = (nr | 0x4000_0000) as u32;
+            assert!(
+                program.iter().any(|insn| insn.k == x32),
+                "no rule for the x32 number of syscall {nr}"
+            );
+        }
     }
 }
