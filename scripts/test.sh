@@ -13,4 +13,8 @@ fi
 # The sandbox and grader tests run bubblewrap for real; the terminal test drives anvil in tmux.
 bash scripts/install-deps.sh --tests
 
+# The queue tests run against a real Postgres: the one at ANVIL_TEST_POSTGRES (default
+# 127.0.0.1:5432), or a throwaway server started here (and stopped on exit) when none answers.
+source scripts/test-postgres.sh
+
 cargo test --workspace
