@@ -46,24 +46,31 @@ pub struct WorkerArgs {
     pub unsandboxed_grading: bool,
 }
 
-fn secs(value: f64, flag: &str) -> Result<Duration> {
+/// `value` seconds, more than zero; `flag` names the option in the error.
+fn positive_secs(value: f64, flag: &str) -> Result<Duration> {
     Duration::try_from_secs_f64(value)
         .ok()
-        .filter(|d| !d.is_zero() || flag == "--backoff-secs")
+        .filter(|d| !d.is_zero())
         .ok_or_else(|| anyhow!("{flag} must be a positive number of seconds (got {value})"))
+}
+
+/// `value` seconds, zero allowed; `flag` names the option in the error.
+fn non_negative_secs(value: f64, flag: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(value)
+        .map_err(|_| anyhow!("{flag} must be a number of seconds, 0 or more (got {value})"))
 }
 
 impl WorkerArgs {
     fn worker_options(&self) -> Result<WorkerOptions> {
         Ok(WorkerOptions {
             concurrency: self.concurrency as usize,
-            heartbeat: secs(self.heartbeat_secs, "--heartbeat-secs")?,
+            heartbeat: positive_secs(self.heartbeat_secs, "--heartbeat-secs")?,
             missed_heartbeats: 3,
             trial_timeout: self
                 .trial_timeout_secs
-                .map(|s| secs(s, "--trial-timeout-secs"))
+                .map(|s| positive_secs(s, "--trial-timeout-secs"))
                 .transpose()?,
-            backoff: secs(self.backoff_secs, "--backoff-secs")?,
+            backoff: non_negative_secs(self.backoff_secs, "--backoff-secs")?,
             ..WorkerOptions::default()
         })
     }

@@ -252,3 +252,42 @@ fn validate_refuses_a_check_timeout_without_headroom() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
 }
+
+/// Durations on the command line: zero is refused where it makes no sense and allowed where it
+/// does (no backoff), each error naming its option.
+#[test]
+fn duration_options_say_which_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = dir.path().join("q.db");
+    let run = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("worker")
+            .arg("--queue")
+            .arg(&queue)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&["--heartbeat-secs", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--heartbeat-secs must be a positive number"),
+        "{err}"
+    );
+    let (code, err) = run(&["--backoff-secs=-1"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--backoff-secs must be a number of seconds, 0 or more"),
+        "{err}"
+    );
+    let (code, err) = run(&["--trial-timeout-secs", "0"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--trial-timeout-secs must be a positive"),
+        "{err}"
+    );
+}

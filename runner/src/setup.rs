@@ -18,16 +18,9 @@ use crate::cli::{Cli, PermissionMode, SandboxMode};
 use crate::contract::TrialConfig;
 
 /// A session could not be set up; the message says what to change.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct SetupError(pub String);
-
-impl std::fmt::Display for SetupError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for SetupError {}
 
 impl From<anvil_llm::LlmError> for SetupError {
     fn from(e: anvil_llm::LlmError) -> Self {
