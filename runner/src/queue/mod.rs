@@ -14,6 +14,8 @@ mod db;
 pub(crate) mod job;
 mod location;
 mod store;
+/// Fresh Postgres databases for tests (feature `testing`: never in the shipped library).
+#[cfg(feature = "testing")]
 pub mod testing;
 mod watch;
 
