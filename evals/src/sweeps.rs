@@ -8,10 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anvil_grader::GradeOptions;
-use anvil_runner::queue::{CHECK_TIMEOUT, Counts, Db, DbWatch, QueueLocation, TrialState, now_ms};
-use anvil_runner::sweep::{self, SweepSpec};
-use anvil_runner::trial::{AgentTrials, TrialOptions};
-use anvil_runner::worker::{self, WorkerOptions};
+use anvil_runner::jobs::queue::{
+    CHECK_TIMEOUT, Counts, Db, DbWatch, QueueLocation, TrialState, now_ms,
+};
+use anvil_runner::jobs::sweep::{self, SweepSpec};
+use anvil_runner::jobs::trial::{AgentTrials, TrialOptions};
+use anvil_runner::jobs::worker::{self, WorkerOptions};
 use anyhow::{Context, Result, anyhow, bail};
 use tokio_util::sync::CancellationToken;
 

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anvil_runner::queue::{self, QueueLocation};
+use anvil_runner::jobs::queue::{self, QueueLocation};
 use wiremock::MockServer;
 
 mod support;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use anvil_runner::queue::{Db, QueueLocation, TrialState};
+use anvil_runner::jobs::queue::{Db, QueueLocation, TrialState};
 use serde_json::Value;
 use wiremock::MockServer;
 

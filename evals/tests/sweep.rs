@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use anvil_runner::queue::{self, Db, QueueLocation, TrialState};
+use anvil_runner::jobs::queue::{self, Db, QueueLocation, TrialState};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 

@@ -70,7 +70,7 @@ fn baseline_cp_r(bencher: divan::Bencher) {
 
 fn bench_under(bencher: divan::Bencher, under: tempfile::TempDir) {
     let src = repo();
-    let workspaces = anvil_runner::workspace::Workspaces::new(under.path());
+    let workspaces = anvil_runner::jobs::workspace::Workspaces::new(under.path());
     // The template is made once per repository content (first trial only); measured apart.
     let started = std::time::Instant::now();
     drop(workspaces.prepare(src, "bench", "warmup").unwrap());

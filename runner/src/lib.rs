@@ -1,34 +1,21 @@
-//! anvil-runner: the `anvil` command (interactive REPL and headless `-p`). The job queue,
-//! workspaces and workers of eval sweeps and `anvil auto` join it later.
+//! anvil-runner: two programs behind one library.
+//!
+//! - [`cli`]: the `anvil` command — the interactive REPL and headless `anvil -p`, with the
+//!   renderer, the approval prompt and session setup.
+//! - [`jobs`]: the job side — the durable queue (SQLite or Postgres), a trial's isolated
+//!   workspace, the worker, the eval trial job, sweep planning and task validation.
+//!
+//! What crosses between the two is typed and lives here: [`contract`] (what `anvil -p` prints
+//! and a trial reads, and the pinned model configuration a worker hands its child) and [`exit`]
+//! (one exit code per turn outcome). Dependency direction: `cli` never imports `jobs`, and
+//! `jobs` talks to `anvil -p` only through [`contract`] and [`exit`], as a separate process.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-/// The interactive approval prompt.
-pub mod approve;
-/// The command line.
+/// The `anvil` front end: command line, REPL, headless mode.
 pub mod cli;
 /// The typed contract between a trial's worker and its `anvil -p`.
 pub mod contract;
 /// Exit codes, one per turn outcome.
 pub mod exit;
-/// `anvil -p`.
-pub mod headless;
-/// Log output to a file, never to the terminal.
-pub mod logging;
-/// The durable job queue of eval sweeps (SQLite or Postgres, through apalis).
-pub mod queue;
-/// The interactive renderer.
-pub mod render;
-/// The interactive session.
-pub mod repl;
-/// Building a session: workspace, config, model, tools, prompt.
-pub mod setup;
-/// Sweeps: planning, recording, resuming.
-pub mod sweep;
-/// One eval trial: workspace, agent, grader, record.
-pub mod trial;
-/// Proving a task sound on workspaces prepared as a trial's are.
-pub mod validate;
-/// The worker: runs queued trials to recorded results.
-pub mod worker;
-/// A trial's fresh workspace.
-pub mod workspace;
+/// The job side: queue, workspaces, worker, trials, sweeps.
+pub mod jobs;

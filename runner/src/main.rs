@@ -4,7 +4,8 @@ use clap::Parser;
 use clap::error::ErrorKind;
 
 use anvil_runner::cli::Cli;
-use anvil_runner::{exit, headless, logging, repl};
+use anvil_runner::cli::{headless, logging, repl};
+use anvil_runner::exit;
 
 fn main() {
     let cli = match Cli::try_parse() {

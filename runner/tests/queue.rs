@@ -11,8 +11,10 @@ use std::time::{Duration, Instant};
 
 use anvil_report::TrialRecord;
 use anvil_report::record::{Accounting, CheckOutcome, Digests, SCHEMA_VERSION, Tokens};
-use anvil_runner::queue::{self, Db, QueueLocation, SweepRow, SweepStart, TrialKey, TrialState};
-use anvil_runner::worker::{self, TrialEnd, TrialHandler, WorkerOptions};
+use anvil_runner::jobs::queue::{
+    self, Db, QueueLocation, SweepRow, SweepStart, TrialKey, TrialState,
+};
+use anvil_runner::jobs::worker::{self, TrialEnd, TrialHandler, WorkerOptions};
 use tokio_util::sync::CancellationToken;
 
 /// A trial record: graded `pass`, or an infrastructure failure when `infra` is given.

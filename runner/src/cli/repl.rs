@@ -9,11 +9,11 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use tokio_util::sync::CancellationToken;
 
-use crate::approve;
 use crate::cli::Cli;
+use crate::cli::approve;
+use crate::cli::render::{self, Style};
+use crate::cli::setup::{self, Session};
 use crate::exit;
-use crate::render::{self, Style};
-use crate::setup::{self, Session};
 
 const HELP: &str = "\
 Commands:

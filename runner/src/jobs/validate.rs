@@ -13,7 +13,7 @@ use anvil_grader::tree::{self, CopyPolicy};
 use anvil_grader::{GradeOptions, GradeResult, Task, Verdict, digest, grade};
 use serde::Serialize;
 
-use crate::workspace::Workspaces;
+use crate::jobs::workspace::Workspaces;
 
 /// The least ratio of a task's check timeout to its reference solution's check time.
 pub const HEADROOM: f64 = 3.0;

@@ -14,7 +14,7 @@ use anvil_llm::config::{Config, IgnoredKey, TrustStore};
 use anvil_llm::registry::{Registry, ResolvedModel};
 use sha2::{Digest, Sha256};
 
-use crate::cli::{Cli, PermissionMode, SandboxMode};
+use crate::cli::args::{Cli, PermissionMode, SandboxMode};
 use crate::contract::TrialConfig;
 
 /// A session could not be set up; the message says what to change.

@@ -22,7 +22,7 @@ use apalis::prelude::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::queue::{Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms, on_storage};
+use crate::jobs::queue::{Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms, on_storage};
 
 /// How one run of a trial ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -10,7 +10,7 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use tokio_util::sync::CancellationToken;
 
-use crate::render::{Style, call_line};
+use crate::cli::render::{Style, call_line};
 
 /// The running turn's token, so Ctrl-C at the prompt can cancel the turn.
 pub type TurnToken = Arc<Mutex<Option<CancellationToken>>>;

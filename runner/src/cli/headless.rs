@@ -13,10 +13,10 @@ use anvil_report::record::Accounting;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::{Cli, OutputFormat};
+use crate::cli::args::{Cli, OutputFormat};
+use crate::cli::setup;
 use crate::contract::{HeadlessFailure, HeadlessOutcome, HeadlessResult, SetupOutcome};
 use crate::exit;
-use crate::setup;
 
 /// The most stdin that is appended to the prompt.
 const MAX_STDIN_BYTES: usize = 16 * 1024 * 1024;

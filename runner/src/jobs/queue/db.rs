@@ -27,8 +27,8 @@ pub enum Db {
 macro_rules! on_pool {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
-            $crate::queue::Db::Sqlite($pool) => $body,
-            $crate::queue::Db::Postgres($pool) => $body,
+            $crate::jobs::queue::Db::Sqlite($pool) => $body,
+            $crate::jobs::queue::Db::Postgres($pool) => $body,
         }
     };
 }

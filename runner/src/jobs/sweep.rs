@@ -10,7 +10,7 @@ use anvil_llm::registry::PinnedModel;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::queue::{self, Db, QueueError, SweepRow, SweepStart, TrialKey};
+use crate::jobs::queue::{self, Db, QueueError, SweepRow, SweepStart, TrialKey};
 
 /// The anvil commit this binary was built from (`unknown` outside a git checkout; `-dirty`
 /// when it had uncommitted changes).

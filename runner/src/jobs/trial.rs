@@ -26,10 +26,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::contract::{HeadlessOutput, TrialConfig};
 use crate::exit;
-use crate::queue::{Db, TrialJob};
-use crate::sweep::{ANVIL_GIT_SHA, SweepSpec};
-use crate::worker::{TrialEnd, TrialHandler};
-use crate::workspace;
+use crate::jobs::queue::{Db, TrialJob};
+use crate::jobs::sweep::{ANVIL_GIT_SHA, SweepSpec};
+use crate::jobs::worker::{TrialEnd, TrialHandler};
+use crate::jobs::workspace;
 
 /// Where and how trials run on this machine.
 #[derive(Debug, Clone)]
@@ -234,7 +234,7 @@ impl AgentTrials {
             format!(
                 "model {} needs {var}, which is not set on worker {} (pid {})",
                 model.name,
-                crate::worker::host_name(),
+                crate::jobs::worker::host_name(),
                 std::process::id()
             )
         })

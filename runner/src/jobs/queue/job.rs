@@ -17,14 +17,16 @@ pub const QUEUE_NAME: &str = "anvil.trial.v1";
 macro_rules! on_storage {
     ($db:expr, $pool:ident, $storage:ident, $config:ident => $body:expr) => {
         match $db {
-            $crate::queue::Db::Sqlite($pool) => {
-                type $storage = apalis_sqlite::SqliteStorage<$crate::queue::TrialJob>;
-                let $config = apalis_sqlite::Config::default().queue($crate::queue::QUEUE_NAME);
+            $crate::jobs::queue::Db::Sqlite($pool) => {
+                type $storage = apalis_sqlite::SqliteStorage<$crate::jobs::queue::TrialJob>;
+                let $config =
+                    apalis_sqlite::Config::default().queue($crate::jobs::queue::QUEUE_NAME);
                 $body
             }
-            $crate::queue::Db::Postgres($pool) => {
-                type $storage = apalis_postgres::PostgresStorage<$crate::queue::TrialJob>;
-                let $config = apalis_postgres::Config::default().queue($crate::queue::QUEUE_NAME);
+            $crate::jobs::queue::Db::Postgres($pool) => {
+                type $storage = apalis_postgres::PostgresStorage<$crate::jobs::queue::TrialJob>;
+                let $config =
+                    apalis_postgres::Config::default().queue($crate::jobs::queue::QUEUE_NAME);
                 $body
             }
         }

@@ -1,0 +1,19 @@
+//! The `anvil` front end: parse the command line, build a session, then run one headless turn
+//! (`anvil -p`) or the interactive REPL. Nothing here reads the job queue.
+
+/// The interactive approval prompt.
+pub mod approve;
+/// The command line.
+pub mod args;
+/// `anvil -p`.
+pub mod headless;
+/// Log output to a file, never to the terminal.
+pub mod logging;
+/// The interactive renderer.
+pub mod render;
+/// The interactive session.
+pub mod repl;
+/// Building a session: workspace, config, model, tools, prompt.
+pub mod setup;
+
+pub use args::Cli;

@@ -1,0 +1,17 @@
+//! The job side: the durable queue, and what runs on it. A sweep is planned into trial jobs
+//! ([`sweep`]); a worker ([`worker`]) claims them and runs each ([`trial`]) in a fresh
+//! workspace ([`workspace`]) with a child `anvil -p` and the grader; [`validate`] proves a task
+//! sound on workspaces prepared exactly as a trial's are.
+
+/// The durable job queue (SQLite or Postgres, through apalis).
+pub mod queue;
+/// Sweeps: planning, recording, resuming.
+pub mod sweep;
+/// One eval trial: workspace, agent, grader, record.
+pub mod trial;
+/// Proving a task sound on workspaces prepared as a trial's are.
+pub mod validate;
+/// The worker: runs queued trials to recorded results.
+pub mod worker;
+/// A trial's fresh workspace.
+pub mod workspace;
