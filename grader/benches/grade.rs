@@ -1,7 +1,9 @@
-//! Grading overhead per trial: `grade` of a solved small Python task (py-fix-median: copy,
-//! tamper scan, protected files, the sandboxed protected runner, three tests), timed over many
-//! runs, beside the floor no grader can go under — starting Python and importing unittest,
-//! unsandboxed. Target: grading ≤ 30 ms for the small tasks.
+//! Grading overhead per trial: `grade` of a solved small Python task (copy, tamper scan,
+//! protected files, the sandboxed protected runner, the task's tests), timed over many runs,
+//! beside the same tests run bare — `python3 -E -s -S -m unittest` on the solved workspace,
+//! unsandboxed, which is what a check costs with no grader at all. The overhead is the
+//! difference: what grading adds (the copy, the scans, the sandbox, the protected runner).
+//! Target: overhead ≤ 30 ms p50 for the small tasks.
 //!
 //! `cargo bench -p anvil-grader --bench grade`
 
@@ -15,9 +17,43 @@ use anvil_grader::{GradeOptions, Task, Verdict, grade};
 
 const RUNS: usize = 40;
 
+/// CPU time (user + system) of this process and its waited-for descendants so far: on a busy
+/// machine wall time stretches with the load, CPU time much less.
+fn cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let total = |who| {
+        let u = getrusage(who).unwrap();
+        let tv = |t: nix::sys::time::TimeVal| {
+            Duration::from_secs(t.tv_sec() as u64) + Duration::from_micros(t.tv_usec() as u64)
+        };
+        tv(u.user_time()) + tv(u.system_time())
+    };
+    total(UsageWho::RUSAGE_SELF) + total(UsageWho::RUSAGE_CHILDREN)
+}
+
+/// Runs `f` `RUNS` times: (wall times, CPU time per run).
+fn timed(mut f: impl FnMut()) -> (Vec<Duration>, Duration) {
+    let cpu_before = cpu();
+    let walls = (0..RUNS)
+        .map(|_| {
+            let started = Instant::now();
+            f();
+            started.elapsed()
+        })
+        .collect();
+    (walls, (cpu() - cpu_before) / RUNS as u32)
+}
+
 fn stats(mut v: Vec<Duration>) -> (Duration, Duration) {
     v.sort();
     (v[v.len() / 2], v[v.len() * 95 / 100])
+}
+
+/// `tests/test_x.py::Class::method` → `tests.test_x.Class.method`, as `python -m unittest` names it.
+fn unittest_name(id: &str) -> String {
+    id.replacen(".py", "", 1)
+        .replace("::", ".")
+        .replace('/', ".")
 }
 
 fn main() {
@@ -25,6 +61,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let python = std::process::Command::new("python3")
+        .args(["-I", "-c", "import sys; print(sys.executable)"])
+        .output()
+        .unwrap();
+    let python = String::from_utf8_lossy(&python.stdout).trim().to_string();
     for name in ["py-fix-median", "py-implement-slugify"] {
         let task_dir = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../evals/tasks")
@@ -34,36 +75,43 @@ fn main() {
         let ws = parent.path().join("workspace");
         copy(&task.repo(), &ws, &CopyPolicy::default()).unwrap();
         copy(&task.solution(), &ws, &CopyPolicy::default()).unwrap();
+        copy(&task.protected_files(), &ws, &CopyPolicy::default()).unwrap();
         let opts = GradeOptions::default();
         // One warm-up: the sandbox probe and the toolchain lookup happen once per process.
-        assert_eq!(rt.block_on(grade(&task, &ws, &opts)).verdict, Verdict::Pass);
-        let times: Vec<Duration> = (0..RUNS)
-            .map(|_| {
-                let started = Instant::now();
-                let r = rt.block_on(grade(&task, &ws, &opts));
-                assert_eq!(r.verdict, Verdict::Pass, "{r:?}");
-                started.elapsed()
-            })
+        let warm = rt.block_on(grade(&task, &ws, &opts));
+        assert_eq!(warm.verdict, Verdict::Pass, "{warm:?}");
+        let (graded, graded_cpu) = timed(|| {
+            let r = rt.block_on(grade(&task, &ws, &opts));
+            assert_eq!(r.verdict, Verdict::Pass, "{r:?}");
+        });
+        let tests: Vec<String> = task
+            .spec
+            .check
+            .tests
+            .iter()
+            .map(|t| unittest_name(t))
             .collect();
-        let (p50, p95) = stats(times);
-        println!("grade {name:<22} p50 {p50:>8.2?}  p95 {p95:>8.2?}  ({RUNS} runs, sandboxed)");
-    }
-    let python = std::process::Command::new("python3")
-        .args(["-I", "-c", "import sys; print(sys.executable)"])
-        .output()
-        .unwrap();
-    let python = String::from_utf8_lossy(&python.stdout).trim().to_string();
-    let floor: Vec<Duration> = (0..RUNS)
-        .map(|_| {
-            let started = Instant::now();
-            let ok = std::process::Command::new(&python)
-                .args(["-I", "-S", "-c", "import unittest"])
-                .status()
+        let (bare, bare_cpu) = timed(|| {
+            let out = std::process::Command::new(&python)
+                .args(["-E", "-s", "-S", "-B", "-m", "unittest"])
+                .args(&tests)
+                .current_dir(&ws)
+                .output()
                 .unwrap();
-            assert!(ok.success());
-            started.elapsed()
-        })
-        .collect();
-    let (p50, p95) = stats(floor);
-    println!("floor: python3 -I -S -c 'import unittest'  p50 {p50:>8.2?}  p95 {p95:>8.2?}");
+            assert!(out.status.success(), "{out:?}");
+        });
+        let (g50, g95) = stats(graded);
+        let (b50, b95) = stats(bare);
+        println!(
+            "grade    {name:<22} p50 {g50:>8.2?}  p95 {g95:>8.2?}  cpu {graded_cpu:>8.2?}  ({RUNS} runs, sandboxed)"
+        );
+        println!(
+            "bare     {name:<22} p50 {b50:>8.2?}  p95 {b95:>8.2?}  cpu {bare_cpu:>8.2?}  (python3 -E -s -S -m unittest)"
+        );
+        println!(
+            "overhead {name:<22} p50 {:>8.2?}  cpu {:>8.2?}  (target: p50 ≤ 30 ms)",
+            g50.saturating_sub(b50),
+            graded_cpu.saturating_sub(bare_cpu)
+        );
+    }
 }
