@@ -9,7 +9,12 @@
 //! - a response that did not finish normally (max tokens, refusal, an unknown stop, a broken
 //!   stream) never has its tool calls executed;
 //! - on cancel, a partial response is dropped, and every tool call already in the transcript
-//!   gets a result saying what happened to it, so the transcript stays valid.
+//!   gets a result saying what happened to it, so the transcript stays valid;
+//! - every change to the session goes through one function, [`Agent::commit`]: the record is
+//!   written to the session file (when there is one) and applied through the session reducer,
+//!   the same one that loads a file — so a loaded session is the live one. A tool call's
+//!   `tool_started` is on disk before the call runs; a call whose record cannot be written
+//!   does not run, and a session that cannot be written ends the turn as failed.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,6 +31,9 @@ use crate::approval::{ApprovalDecision, ApprovalRequest, Approver};
 use crate::event::{AgentEvent, EventSink, TurnOutcome};
 use crate::permissions::{Decision, Policy};
 use crate::registry::ToolRegistry;
+use crate::session::{
+    LoadedSession, Record, ReplaceReason, SessionError, SessionState, SessionWriter, repair,
+};
 use crate::tool::ToolContext;
 
 /// Per-session settings of the loop.
@@ -78,6 +86,12 @@ pub struct Agent {
     events: EventSink,
     /// Judges every call before it runs; `None` runs every call (tests and trusted callers).
     permissions: Option<(Policy, Arc<dyn Approver>)>,
+    /// The session beside the messages (model, todos, open calls, usage), kept by the reducer.
+    session: SessionState,
+    /// Where records go; `None` keeps the session in memory only.
+    writer: Option<SessionWriter>,
+    /// The first record that could not be written this turn: the turn ends as failed.
+    unwritten: Option<SessionError>,
 }
 
 enum Step {
@@ -112,6 +126,93 @@ impl Agent {
             cwd: cwd.into(),
             events,
             permissions: None,
+            session: SessionState::default(),
+            writer: None,
+            unwritten: None,
+        }
+    }
+
+    /// Keeps the session in `writer`'s file, starting from `loaded` (a new session just
+    /// created, or one resumed). Calls a crash left without a result are answered first
+    /// ([`repair`]): an unknown outcome for one that started, never a re-run.
+    pub fn with_session(
+        mut self,
+        writer: SessionWriter,
+        loaded: LoadedSession,
+    ) -> Result<Self, SessionError> {
+        let repairs = repair(&loaded);
+        self.session = loaded.state;
+        self.request.messages = loaded.messages;
+        self.writer = Some(writer);
+        for record in repairs {
+            self.commit(record)?;
+        }
+        let empty = self.request.messages.is_empty();
+        let validator = TranscriptValidator::from_messages(&self.request.messages)
+            .and_then(|v| {
+                if empty {
+                    Ok(v)
+                } else {
+                    v.check_complete().map(|()| v)
+                }
+            })
+            .map_err(|e| SessionError::Malformed {
+                path: self
+                    .writer
+                    .as_ref()
+                    .map(|w| w.path().to_path_buf())
+                    .unwrap_or_default(),
+                line: 0,
+                reason: format!("the session's transcript is invalid: {e}"),
+            })?;
+        self.validator = validator;
+        if !self.session.model.is_empty() && self.session.model != self.request.model {
+            let model = self.request.model.clone();
+            self.commit(Record::ModelChanged { model })?;
+        }
+        Ok(self)
+    }
+
+    /// The session beside the messages.
+    pub fn session(&self) -> &SessionState {
+        &self.session
+    }
+
+    /// The session file's id, when the session is kept in one.
+    pub fn session_id(&self) -> Option<&str> {
+        self.writer.as_ref().map(|w| w.id())
+    }
+
+    /// The session file, when the session is kept in one.
+    pub fn session_path(&self) -> Option<&std::path::Path> {
+        self.writer.as_ref().map(|w| w.path())
+    }
+
+    /// Writes `record` to the session file (when there is one), then applies it through the
+    /// session reducer: the one way the session changes. The change is applied even when the
+    /// write fails (the turn goes on in memory to a consistent end), and the failure is kept:
+    /// the turn ends as failed.
+    fn commit(&mut self, record: Record) -> Result<(), SessionError> {
+        let written = match &mut self.writer {
+            Some(w) => w.append(&record),
+            None => Ok(()),
+        };
+        // The reducer cannot fail on records the agent makes (it checks indices and call ids
+        // the agent took from this very state); were it to, the state is unchanged.
+        let _ = self.session.apply(&mut self.request.messages, record);
+        written
+    }
+
+    /// [`Agent::commit`], keeping the first failure for the end of the turn.
+    fn commit_or_note(&mut self, record: Record) -> bool {
+        match self.commit(record) {
+            Ok(()) => true,
+            Err(e) => {
+                if self.unwritten.is_none() {
+                    self.unwritten = Some(e);
+                }
+                false
+            }
         }
     }
 
@@ -132,14 +233,17 @@ impl Agent {
         &self.request.messages
     }
 
-    /// Replaces the transcript (resuming a session); it must be a valid one.
+    /// Replaces the transcript; it must be a valid one.
     pub fn set_messages(&mut self, messages: Vec<Message>) -> Result<(), TranscriptError> {
         let validator = TranscriptValidator::from_messages(&messages)?;
         if !messages.is_empty() {
             validator.check_complete()?;
         }
         self.validator = validator;
-        self.request.messages = messages;
+        self.commit_or_note(Record::ContextReplaced {
+            reason: ReplaceReason::Replaced,
+            messages,
+        });
         Ok(())
     }
 
@@ -154,15 +258,21 @@ impl Agent {
         max_tokens: u32,
     ) -> anvil_llm::handoff::Handoff {
         let handoff = anvil_llm::handoff::handoff(&self.request.messages, protocol);
-        self.request.messages = handoff.messages.clone();
+        if handoff.messages != self.request.messages {
+            self.commit_or_note(Record::ContextReplaced {
+                reason: ReplaceReason::Handoff,
+                messages: handoff.messages.clone(),
+            });
+        }
         // The handoff keeps every call and result, so the transcript stays valid; re-derive the
         // validator from it all the same.
         if let Ok(v) = TranscriptValidator::from_messages(&self.request.messages) {
             self.validator = v;
         }
         self.provider = provider;
-        self.request.model = model;
+        self.request.model = model.clone();
         self.request.max_tokens = max_tokens;
+        self.commit_or_note(Record::ModelChanged { model });
         handoff
     }
 
@@ -174,7 +284,7 @@ impl Agent {
     /// Appends a message that must keep the transcript valid.
     fn append(&mut self, message: Message) -> Result<(), TranscriptError> {
         self.validator.push(&message)?;
-        self.request.messages.push(message);
+        self.commit_or_note(Record::MessageAppended { message });
         Ok(())
     }
 
@@ -184,7 +294,14 @@ impl Agent {
         input: Vec<ContentBlock>,
         cancel: CancellationToken,
     ) -> TurnOutcome {
-        let outcome = self.turn(input, &cancel).await;
+        self.unwritten = None;
+        let mut outcome = self.turn(input, &cancel).await;
+        if let Some(e) = self.unwritten.take() {
+            outcome = TurnOutcome::Failed {
+                error: format!("the session could not be written, so the turn stopped: {e}"),
+                retryable: false,
+            };
+        }
         self.events
             .send(AgentEvent::TurnFinished {
                 outcome: outcome.clone(),
@@ -195,15 +312,22 @@ impl Agent {
 
     async fn turn(&mut self, input: Vec<ContentBlock>, cancel: &CancellationToken) -> TurnOutcome {
         // A user message after a cancelled or failed step merges into it: roles keep alternating.
-        let checked = match self.request.messages.last_mut() {
+        let checked = match self.request.messages.last() {
             Some(last) if last.role == Role::User => {
-                last.content.extend(input);
+                let index = self.request.messages.len() - 1;
+                self.commit_or_note(Record::MessageExtended {
+                    index,
+                    content: input,
+                });
                 // A changed message: re-check the transcript once for this turn.
                 TranscriptValidator::from_messages(&self.request.messages)
                     .map(|v| self.validator = v)
             }
             _ => self.append(Message::new(Role::User, input)),
         };
+        if self.unwritten.is_some() {
+            return TurnOutcome::Cancelled;
+        }
         if let Err(e) = checked.and_then(|()| self.validator.check_complete()) {
             return broken_transcript(e);
         }
@@ -215,6 +339,10 @@ impl Agent {
             match self.step(step, cancel).await {
                 Step::Continue => {}
                 Step::Finished(outcome) => return outcome,
+            }
+            // A session that cannot be written stops the turn (run_turn says why).
+            if self.unwritten.is_some() {
+                return TurnOutcome::Cancelled;
             }
         }
         TurnOutcome::MaxSteps
@@ -238,6 +366,9 @@ impl Agent {
         };
         let mut message = completion.message;
         self.mint_unique_ids(&mut message);
+        self.commit_or_note(Record::Usage {
+            usage: completion.usage,
+        });
         self.events
             .send(AgentEvent::Usage {
                 usage: completion.usage,
@@ -448,7 +579,11 @@ impl Agent {
             let mut refused = Vec::with_capacity(calls.len());
             for (id, name, args) in calls {
                 self.started(id, name, args).await;
-                refused.push(self.gate(id, name, args, cancel).await);
+                let gate = match self.gate(id, name, args, cancel).await {
+                    Some(block) => Some(block),
+                    None => self.record_start(id, name, args),
+                };
+                refused.push(gate);
             }
             let tools = Arc::clone(&self.tools);
             let ran = futures::future::join_all(calls.iter().zip(&refused).map(
@@ -464,7 +599,10 @@ impl Agent {
                 },
             ))
             .await;
-            for ((_, name, _), result) in calls.iter().zip(&ran) {
+            for (((_, name, _), result), refused) in calls.iter().zip(&ran).zip(&refused) {
+                if refused.is_none() {
+                    self.record_finish(result);
+                }
                 self.finished(name, result).await;
             }
             return ran;
@@ -480,14 +618,55 @@ impl Agent {
                 continue;
             }
             self.started(id, name, args).await;
-            let result = match self.gate(id, name, args, cancel).await {
+            let refused = match self.gate(id, name, args, cancel).await {
+                Some(block) => Some(block),
+                None => self.record_start(id, name, args),
+            };
+            let result = match refused {
                 Some(refused) => refused,
-                None => self.tools.dispatch(id, name, args, &ctx).await,
+                None => {
+                    let result = self.tools.dispatch(id, name, args, &ctx).await;
+                    self.record_finish(&result);
+                    result
+                }
             };
             self.finished(name, &result).await;
             results.push(result);
         }
         results
+    }
+
+    /// Records (synced) that a call is about to run. `None` when it may run; the error result
+    /// it gets instead when the record could not be written (it never runs unrecorded).
+    fn record_start(&mut self, id: &str, name: &str, args: &Value) -> Option<ContentBlock> {
+        let record = Record::ToolStarted {
+            call_id: id.to_string(),
+            name: name.to_string(),
+            arguments: args.clone(),
+        };
+        if self.commit_or_note(record) {
+            None
+        } else {
+            Some(ContentBlock::tool_result(
+                id,
+                "Not run: the session file could not be written, so the call was not started.",
+                true,
+            ))
+        }
+    }
+
+    /// Records (synced) that a call has its result.
+    fn record_finish(&mut self, result: &ContentBlock) {
+        if let ContentBlock::ToolResult {
+            call_id, is_error, ..
+        } = result
+        {
+            let record = Record::ToolFinished {
+                call_id: call_id.clone(),
+                is_error: *is_error,
+            };
+            self.commit_or_note(record);
+        }
     }
 
     async fn started(&mut self, id: &str, name: &str, args: &Value) {

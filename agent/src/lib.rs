@@ -26,6 +26,8 @@ pub mod registry;
 pub mod sandbox;
 /// Child-process environment and redaction of secrets.
 pub mod secrets;
+/// Sessions as append-only JSONL: records, the reducer, the store.
+pub mod session;
 /// Tool, TypedTool, effects and cancellation behaviour.
 pub mod tool;
 /// The native tools.

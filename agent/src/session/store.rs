@@ -1,0 +1,628 @@
+//! Session files on disk: where they live, writing them under the durability policy, loading
+//! them back, and the lock that keeps two processes from appending to one file.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anvil_llm::{ContentBlock, Message, Role};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::record::{Entry, FORMAT_VERSION, Record};
+use super::state::{ReduceError, SessionState};
+use crate::secrets::Redactor;
+
+/// Why a session could not be written or read. Each names the file, and the line where one is
+/// at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("session file {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("session file {path}, line {line}: not a session record ({reason})")]
+    Malformed {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+    #[error(
+        "session file {path}, line {line}: written in format {found} by a newer anvil; this one \
+         reads up to format {FORMAT_VERSION} — upgrade anvil to open it"
+    )]
+    FutureVersion {
+        path: PathBuf,
+        line: usize,
+        found: u32,
+    },
+    #[error("session file {path}, line {line}: sequence number {found}, expected {expected}")]
+    Sequence {
+        path: PathBuf,
+        line: usize,
+        expected: u64,
+        found: u64,
+    },
+    #[error("session file {path}, line {line}: {source}")]
+    Reduce {
+        path: PathBuf,
+        line: usize,
+        #[source]
+        source: ReduceError,
+    },
+    #[error("session file {path}: does not start with session_started")]
+    NotStarted { path: PathBuf },
+    #[error(
+        "session file {path} is in use by another anvil process{}; wait for it to end, or \
+         start a new session",
+        match pid { Some(p) => format!(" (pid {p})"), None => String::new() }
+    )]
+    Locked { path: PathBuf, pid: Option<u32> },
+    #[error(
+        "session {id} belongs to {belongs}, not to {cwd}; resume it from there (or pass the \
+         session file's path)"
+    )]
+    OtherDirectory {
+        id: String,
+        belongs: String,
+        cwd: String,
+    },
+    #[error("no session {id} in {dir}")]
+    NotFound { id: String, dir: PathBuf },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
+    move |source| SessionError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Where sessions live: `<root>/<sanitized cwd>/<id>.jsonl`, the root being
+/// `<data dir>/anvil/sessions` for the `anvil` command.
+#[derive(Debug, Clone)]
+pub struct SessionStore {
+    root: PathBuf,
+}
+
+/// A session file's summary, for listings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    pub id: String,
+    pub path: PathBuf,
+    /// The first user prompt's text (the start of it).
+    pub first_prompt: String,
+    pub model: String,
+    /// User prompts in the session.
+    pub turns: usize,
+    /// When the file was last written.
+    pub modified: SystemTime,
+    pub usage: anvil_llm::Usage,
+}
+
+impl SessionStore {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The directory of `cwd`'s sessions: the path with every character other than ASCII
+    /// letters and digits made `-`, plus a short hash of the exact path (so `/a-b` and `/a/b`
+    /// do not share one).
+    pub fn dir_for(&self, cwd: &Path) -> PathBuf {
+        let text = cwd.to_string_lossy();
+        let mut name: String = text
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        if name.len() > 100 {
+            name = name[name.len() - 100..].to_string();
+        }
+        let hash = Sha256::digest(text.as_bytes());
+        let short: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        self.root.join(format!("{name}-{short}"))
+    }
+
+    /// The file of session `id` of `cwd`.
+    pub fn path_of(&self, cwd: &Path, id: &str) -> PathBuf {
+        self.dir_for(cwd).join(format!("{id}.jsonl"))
+    }
+
+    /// Starts a new session of `cwd` on `model`.
+    pub fn create(
+        &self,
+        cwd: &Path,
+        model: &str,
+        redactor: Option<Arc<Redactor>>,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        let dir = self.dir_for(cwd);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let id = new_id();
+        let path = dir.join(format!("{id}.jsonl"));
+        let lock = SessionLock::acquire(&path)?;
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        // The new file's name is durable too.
+        if let Ok(d) = File::open(&dir) {
+            let _ = d.sync_all();
+        }
+        let mut writer = SessionWriter {
+            file,
+            path,
+            id: id.clone(),
+            next_seq: 1,
+            len: 0,
+            redactor,
+            _lock: lock,
+        };
+        let started = Record::SessionStarted {
+            id,
+            cwd: cwd.to_string_lossy().into_owned(),
+            model: model.to_string(),
+            anvil_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        writer.append(&started)?;
+        let mut loaded = LoadedSession {
+            path: writer.path.clone(),
+            state: SessionState::default(),
+            messages: Vec::new(),
+            last_seq: 1,
+            records: 1,
+            valid_len: writer.len,
+            torn_bytes: 0,
+            prompts: 0,
+            first_prompt: None,
+        };
+        if let Err(source) = loaded.state.apply(&mut loaded.messages, started) {
+            return Err(SessionError::Reduce {
+                path: writer.path.clone(),
+                line: 1,
+                source,
+            });
+        }
+        Ok((writer, loaded))
+    }
+
+    /// The path of session `id` of `cwd`, if it exists.
+    pub fn find(&self, cwd: &Path, id: &str) -> Result<PathBuf, SessionError> {
+        let path = self.path_of(cwd, id);
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(SessionError::NotFound {
+                id: id.to_string(),
+                dir: self.dir_for(cwd),
+            })
+        }
+    }
+
+    /// `cwd`'s sessions, most recently written first. Files that do not load are left out.
+    pub fn list(&self, cwd: &Path) -> Result<Vec<SessionSummary>, SessionError> {
+        let dir = self.dir_for(cwd);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        let mut found = Vec::new();
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_none_or(|e| e != "jsonl") {
+                continue;
+            }
+            let Ok(loaded) = load(&path) else { continue };
+            let modified = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(UNIX_EPOCH);
+            found.push(loaded.summary(modified));
+        }
+        found.sort_by_key(|s| std::cmp::Reverse(s.modified));
+        Ok(found)
+    }
+
+    /// The most recently written session of `cwd`.
+    pub fn latest(&self, cwd: &Path) -> Result<Option<PathBuf>, SessionError> {
+        Ok(self.list(cwd)?.into_iter().next().map(|s| s.path))
+    }
+}
+
+/// A fresh session id: a random UUID (v4), as the file name.
+fn new_id() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !filled {
+        // No /dev/urandom: the time and the pid, hashed, are unique enough for a file name.
+        let seed = format!(
+            "{}-{}-{:?}",
+            now_ms(),
+            std::process::id(),
+            std::thread::current().id()
+        );
+        bytes.copy_from_slice(&Sha256::digest(seed.as_bytes())[..16]);
+    }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// An exclusive advisory lock on a session (`<id>.jsonl.lock`, holding the holder's pid):
+/// released when the holder exits, however it exits — `kill -9` included.
+#[derive(Debug)]
+struct SessionLock {
+    _file: File,
+}
+
+impl SessionLock {
+    fn acquire(session: &Path) -> Result<Self, SessionError> {
+        let mut name = session.as_os_str().to_owned();
+        name.push(".lock");
+        let path = PathBuf::from(name);
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io(&path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Err(SessionError::Locked {
+                    path: session.to_path_buf(),
+                    pid: text.trim().parse().ok(),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+        }
+        // Ours now: say who holds it.
+        let _ = file.set_len(0);
+        let _ = file.write_all(format!("{}\n", std::process::id()).as_bytes());
+        Ok(Self { _file: file })
+    }
+}
+
+/// Appends records to one session file, holding its lock.
+///
+/// Each record is one `write` of one whole line to a file opened for appending, so a crash
+/// leaves at most the last line torn. A failed write (a full disk) is undone — the file is
+/// cut back to its last whole line — and returned: the caller ends the turn, never carrying
+/// on with a silently shorter session.
+#[derive(Debug)]
+pub struct SessionWriter {
+    file: File,
+    path: PathBuf,
+    id: String,
+    next_seq: u64,
+    /// Bytes of whole lines in the file.
+    len: u64,
+    redactor: Option<Arc<Redactor>>,
+    _lock: SessionLock,
+}
+
+impl SessionWriter {
+    /// Opens an existing session to continue it: locks it, loads it, cuts a torn final line
+    /// off, and appends after the last record. `cwd`, when given, must be the session's own.
+    pub fn resume(
+        path: &Path,
+        cwd: Option<&Path>,
+        redactor: Option<Arc<Redactor>>,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        let lock = SessionLock::acquire(path)?;
+        let loaded = load(path)?;
+        if let Some(cwd) = cwd {
+            let here = cwd.to_string_lossy();
+            if loaded.state.cwd != here {
+                return Err(SessionError::OtherDirectory {
+                    id: loaded.state.id.clone(),
+                    belongs: loaded.state.cwd.clone(),
+                    cwd: here.into_owned(),
+                });
+            }
+        }
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(io(path))?;
+        if loaded.torn_bytes > 0 {
+            file.set_len(loaded.valid_len).map_err(io(path))?;
+            file.sync_all().map_err(io(path))?;
+        }
+        let writer = SessionWriter {
+            file,
+            path: path.to_path_buf(),
+            id: loaded.state.id.clone(),
+            next_seq: loaded.last_seq + 1,
+            len: loaded.valid_len,
+            redactor,
+            _lock: lock,
+        };
+        Ok((writer, loaded))
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Appends `record` (redacted of known secret values), synced when the durability policy
+    /// says so ([`Record::is_synced`]).
+    pub fn append(&mut self, record: &Record) -> Result<(), SessionError> {
+        let entry = Entry {
+            v: FORMAT_VERSION,
+            seq: self.next_seq,
+            ts_ms: now_ms(),
+            record: record.clone(),
+        };
+        let mut line = match self.redactor.as_deref().filter(|r| !r.is_empty()) {
+            None => serde_json::to_vec(&entry),
+            Some(redactor) => serde_json::to_value(&entry).and_then(|mut v| {
+                redact_strings(&mut v, redactor);
+                serde_json::to_vec(&v)
+            }),
+        }
+        .map_err(|e| SessionError::Malformed {
+            path: self.path.clone(),
+            line: 0,
+            reason: format!("cannot encode a {} record: {e}", record.kind()),
+        })?;
+        line.push(b'\n');
+        if let Err(e) = self.file.write_all(&line) {
+            // Whatever part of the line reached the file goes: the file ends on a whole record.
+            let _ = self.file.set_len(self.len);
+            return Err(io(&self.path)(e));
+        }
+        if record.is_synced()
+            && let Err(e) = self.file.sync_data()
+        {
+            let _ = self.file.set_len(self.len);
+            return Err(io(&self.path)(e));
+        }
+        self.len += line.len() as u64;
+        self.next_seq += 1;
+        Ok(())
+    }
+}
+
+/// Replaces every known secret value in every string of `value`.
+fn redact_strings(value: &mut Value, redactor: &Redactor) {
+    match value {
+        Value::String(s) => {
+            let redacted = redactor.redact(s);
+            if redacted != *s {
+                *s = redacted;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_strings(v, redactor)),
+        Value::Object(map) => map.values_mut().for_each(|v| redact_strings(v, redactor)),
+        _ => {}
+    }
+}
+
+/// A session read back from its file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedSession {
+    pub path: PathBuf,
+    pub state: SessionState,
+    /// The active context: what the next request would carry.
+    pub messages: Vec<Message>,
+    /// The sequence number of the last record.
+    pub last_seq: u64,
+    /// Records read.
+    pub records: usize,
+    /// Bytes of the file that hold whole records.
+    pub valid_len: u64,
+    /// Bytes of a torn final line (a crash mid-write), not applied.
+    pub torn_bytes: u64,
+    /// User prompts in the session (user messages of text, merged ones included).
+    pub prompts: usize,
+    /// The first prompt's text.
+    pub first_prompt: Option<String>,
+}
+
+impl LoadedSession {
+    fn summary(&self, modified: SystemTime) -> SessionSummary {
+        let first_prompt = self
+            .first_prompt
+            .as_deref()
+            .unwrap_or_default()
+            .chars()
+            .take(200)
+            .collect();
+        SessionSummary {
+            id: self.state.id.clone(),
+            path: self.path.clone(),
+            first_prompt,
+            model: self.state.model.clone(),
+            turns: self.prompts,
+            modified,
+            usage: self.state.usage,
+        }
+    }
+}
+
+/// Reads a session file: every record through the reducer. A torn final line (no newline at
+/// the end of the file) is a crash mid-write and is left out; any other line that does not
+/// read — malformed, out of sequence, from a newer format — refuses the whole file.
+pub fn load(path: &Path) -> Result<LoadedSession, SessionError> {
+    let bytes = std::fs::read(path).map_err(io(path))?;
+    let (whole, torn) = match bytes.iter().rposition(|&b| b == b'\n') {
+        Some(end) => bytes.split_at(end + 1),
+        None => bytes.split_at(0),
+    };
+    let mut state = SessionState::default();
+    let mut messages = Vec::new();
+    let mut last_seq = 0u64;
+    let mut records = 0usize;
+    let mut prompts = 0usize;
+    let mut first_prompt = None;
+    for (n, line) in whole.split(|&b| b == b'\n').enumerate() {
+        let line_no = n + 1;
+        if line.is_empty() {
+            continue;
+        }
+        let malformed = |reason: String| SessionError::Malformed {
+            path: path.to_path_buf(),
+            line: line_no,
+            reason,
+        };
+        // The version first: a newer format is refused as such, not as malformed.
+        #[derive(serde::Deserialize)]
+        struct Version {
+            v: u32,
+        }
+        let version: Version =
+            serde_json::from_slice(line).map_err(|e| malformed(e.to_string()))?;
+        if version.v > FORMAT_VERSION {
+            return Err(SessionError::FutureVersion {
+                path: path.to_path_buf(),
+                line: line_no,
+                found: version.v,
+            });
+        }
+        let entry: Entry = serde_json::from_slice(line).map_err(|e| malformed(e.to_string()))?;
+        if entry.seq != last_seq + 1 {
+            return Err(SessionError::Sequence {
+                path: path.to_path_buf(),
+                line: line_no,
+                expected: last_seq + 1,
+                found: entry.seq,
+            });
+        }
+        if records == 0 && !matches!(entry.record, Record::SessionStarted { .. }) {
+            return Err(SessionError::NotStarted {
+                path: path.to_path_buf(),
+            });
+        }
+        if let Some(text) = prompt_text(&entry.record) {
+            prompts += 1;
+            if first_prompt.is_none() {
+                first_prompt = Some(text);
+            }
+        }
+        state
+            .apply(&mut messages, entry.record)
+            .map_err(|source| SessionError::Reduce {
+                path: path.to_path_buf(),
+                line: line_no,
+                source,
+            })?;
+        last_seq = entry.seq;
+        records += 1;
+    }
+    if records == 0 {
+        return Err(SessionError::NotStarted {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(LoadedSession {
+        path: path.to_path_buf(),
+        state,
+        messages,
+        last_seq,
+        records,
+        valid_len: whole.len() as u64,
+        torn_bytes: torn.len() as u64,
+        prompts,
+        first_prompt,
+    })
+}
+
+/// The text a user typed, when `record` adds a prompt (a user message of text, not of tool
+/// results).
+fn prompt_text(record: &Record) -> Option<String> {
+    let content = match record {
+        Record::MessageAppended { message } if message.role == Role::User => &message.content,
+        Record::MessageExtended { content, .. } => content,
+        _ => return None,
+    };
+    let text: Vec<&str> = content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    (!text.is_empty()).then(|| text.join("\n"))
+}
+
+/// What a resumed session must append before its next request: a result for every call of
+/// the last message that has none. A call that started with no recorded finish gets an
+/// *unknown outcome* result (it may have taken effect; it is never re-run by itself); a call
+/// that never started gets "not executed". Returns the records, in order, or none when the
+/// context is complete.
+pub fn repair(loaded: &LoadedSession) -> Vec<Record> {
+    let Some(last) = loaded.messages.last() else {
+        return Vec::new();
+    };
+    if last.role != Role::Assistant {
+        return Vec::new();
+    }
+    let mut records = Vec::new();
+    let mut results = Vec::new();
+    for call in last.tool_calls() {
+        let open = loaded.state.open_calls.iter().any(|c| c.call_id == call.id);
+        let text = if open {
+            records.push(Record::ToolFinished {
+                call_id: call.id.to_string(),
+                is_error: true,
+            });
+            format!(
+                "Unknown outcome: anvil stopped after this {} call started and before its result \
+                 was recorded. It may or may not have taken effect, and it was not re-run. Check \
+                 the current state before repeating it.",
+                call.name
+            )
+        } else {
+            "Not executed: the session ended before this call ran.".to_string()
+        };
+        results.push(ContentBlock::tool_result(call.id, text, true));
+    }
+    // Calls still open from an earlier message (their results are in place) are closed too.
+    for open in &loaded.state.open_calls {
+        if !last.tool_calls().any(|c| c.id == open.call_id) {
+            records.push(Record::ToolFinished {
+                call_id: open.call_id.clone(),
+                is_error: true,
+            });
+        }
+    }
+    if !results.is_empty() {
+        records.push(Record::MessageAppended {
+            message: Message::new(Role::User, results),
+        });
+    }
+    records
+}

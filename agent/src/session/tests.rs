@@ -1,0 +1,542 @@
+//! The session store attacked as a crash, a cheat or a second process would: torn and
+//! malformed lines, future formats, a second writer, calls cut off mid-run — and replay
+//! checked against the live state after every mutation.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anvil_llm::testing::{ScriptedProvider, script};
+use anvil_llm::{ContentBlock, Message, Role, Tail, Usage, validate_transcript};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::secrets::Redactor;
+use crate::tools::calculator::Calculator;
+use crate::{Agent, AgentConfig, EventSink, ToolRegistry, TurnOutcome};
+
+fn store(dir: &Path) -> SessionStore {
+    SessionStore::new(dir.join("sessions"))
+}
+
+fn cwd() -> &'static Path {
+    Path::new("/work/project")
+}
+
+fn append_line(path: &Path, text: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+    f.write_all(text.as_bytes()).unwrap();
+}
+
+#[test]
+fn a_new_session_reloads_to_what_was_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, _) = store(dir.path()).create(cwd(), "m1", None).unwrap();
+    w.append(&Record::MessageAppended {
+        message: Message::user_text("hello"),
+    })
+    .unwrap();
+    w.append(&Record::Usage {
+        usage: Usage {
+            input: 3,
+            output: 4,
+            cache_read: 0,
+            cache_write: 0,
+        },
+    })
+    .unwrap();
+    let path = w.path().to_path_buf();
+    assert_eq!(
+        path.file_stem().unwrap().to_str().unwrap(),
+        w.id(),
+        "the id is the file name"
+    );
+    drop(w);
+    let loaded = load(&path).unwrap();
+    assert_eq!(loaded.messages, vec![Message::user_text("hello")]);
+    assert_eq!(loaded.state.model, "m1");
+    assert_eq!(loaded.state.cwd, "/work/project");
+    assert_eq!(loaded.state.usage.output, 4);
+    assert_eq!(loaded.last_seq, 3);
+    assert_eq!(loaded.first_prompt.as_deref(), Some("hello"));
+}
+
+#[test]
+fn a_torn_final_line_is_left_out_and_cut_off_on_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    w.append(&Record::MessageAppended {
+        message: Message::user_text("one"),
+    })
+    .unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    let whole = std::fs::metadata(&path).unwrap().len();
+    append_line(&path, r#"{"v":1,"seq":3,"ts_ms":1,"type":"message_appen"#);
+    let loaded = load(&path).unwrap();
+    assert_eq!(loaded.records, 2);
+    assert!(loaded.torn_bytes > 0);
+    let (mut w, loaded) = SessionWriter::resume(&path, Some(cwd()), None).unwrap();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        whole,
+        "torn line cut off"
+    );
+    w.append(&Record::MessageExtended {
+        index: 0,
+        content: vec![ContentBlock::text("two")],
+    })
+    .unwrap();
+    drop(w);
+    let again = load(&path).unwrap();
+    assert_eq!(again.last_seq, loaded.last_seq + 1);
+    assert_eq!(again.messages[0].content.len(), 2);
+}
+
+#[test]
+fn a_malformed_interior_line_is_refused_with_its_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    append_line(&path, "{not json}\n");
+    append_line(
+        &path,
+        r#"{"v":1,"seq":2,"ts_ms":1,"type":"model_changed","model":"x"}"#,
+    );
+    append_line(&path, "\n");
+    let before = std::fs::read(&path).unwrap();
+    let err = load(&path).unwrap_err();
+    assert!(
+        matches!(err, SessionError::Malformed { line: 2, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("line 2"), "{err}");
+    let err = SessionWriter::resume(&path, None, None).unwrap_err();
+    assert!(matches!(err, SessionError::Malformed { line: 2, .. }));
+    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing rewritten");
+}
+
+#[test]
+fn a_newer_format_is_refused_never_half_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    append_line(
+        &path,
+        r#"{"v":2,"seq":2,"ts_ms":1,"type":"hologram","beam":true}"#,
+    );
+    append_line(&path, "\n");
+    let err = load(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::FutureVersion {
+                line: 2,
+                found: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer anvil"), "{err}");
+}
+
+#[test]
+fn a_gap_in_the_sequence_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    append_line(
+        &path,
+        "{\"v\":1,\"seq\":5,\"ts_ms\":1,\"type\":\"model_changed\",\"model\":\"x\"}\n",
+    );
+    let err = load(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::Sequence {
+                line: 2,
+                expected: 2,
+                found: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_file_that_does_not_start_with_session_started_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.jsonl");
+    std::fs::write(
+        &path,
+        "{\"v\":1,\"seq\":1,\"ts_ms\":1,\"type\":\"model_changed\",\"model\":\"x\"}\n",
+    )
+    .unwrap();
+    assert!(matches!(
+        load(&path).unwrap_err(),
+        SessionError::NotStarted { .. }
+    ));
+    std::fs::write(&path, "").unwrap();
+    assert!(matches!(
+        load(&path).unwrap_err(),
+        SessionError::NotStarted { .. }
+    ));
+}
+
+#[test]
+fn a_second_writer_is_refused_naming_the_holder_until_the_first_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let path = w.path().to_path_buf();
+    let err = SessionWriter::resume(&path, None, None).unwrap_err();
+    match &err {
+        SessionError::Locked { pid, .. } => assert_eq!(*pid, Some(std::process::id())),
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("in use by another anvil"), "{err}");
+    drop(w);
+    SessionWriter::resume(&path, None, None).unwrap();
+}
+
+#[test]
+fn a_session_of_another_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    let err = SessionWriter::resume(&path, Some(Path::new("/elsewhere")), None).unwrap_err();
+    assert!(matches!(err, SessionError::OtherDirectory { .. }), "{err}");
+}
+
+#[test]
+fn known_secret_values_never_reach_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "sk-live-0123456789abcdef";
+    let redactor = Arc::new(Redactor::default());
+    redactor.register("OPENAI_API_KEY", secret);
+    let (mut w, _) = store(dir.path())
+        .create(cwd(), "m", Some(Arc::clone(&redactor)))
+        .unwrap();
+    w.append(&Record::MessageAppended {
+        message: Message::user_text(format!("my key is {secret}, \"quoted\"")),
+    })
+    .unwrap();
+    w.append(&Record::ToolStarted {
+        call_id: "c1".into(),
+        name: "bash".into(),
+        arguments: json!({"command": format!("curl -H 'Authorization: {secret}'")}),
+    })
+    .unwrap();
+    let text = std::fs::read_to_string(w.path()).unwrap();
+    assert!(!text.contains(secret), "{text}");
+    assert!(text.contains("[REDACTED:OPENAI_API_KEY]"), "{text}");
+    load(w.path()).unwrap();
+}
+
+#[test]
+fn sessions_are_listed_newest_first_with_their_first_prompt() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    let (mut a, _) = s.create(cwd(), "m", None).unwrap();
+    a.append(&Record::MessageAppended {
+        message: Message::user_text("first session"),
+    })
+    .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (mut b, _) = s.create(cwd(), "m", None).unwrap();
+    b.append(&Record::MessageAppended {
+        message: Message::user_text("second session"),
+    })
+    .unwrap();
+    let listed = s.list(cwd()).unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].first_prompt, "second session");
+    assert_eq!(listed[0].id, b.id());
+    assert_eq!(s.latest(cwd()).unwrap().unwrap(), b.path());
+    assert!(s.list(Path::new("/other")).unwrap().is_empty());
+    assert_ne!(
+        s.dir_for(Path::new("/a-b")),
+        s.dir_for(Path::new("/a/b")),
+        "sanitized names never collide"
+    );
+}
+
+/// A tiny deterministic generator (xorshift): the property test needs no extra crate.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A random record that applies to `state`/`messages`.
+fn random_record(rng: &mut Rng, state: &SessionState, messages: &[Message], n: u64) -> Record {
+    loop {
+        match rng.below(9) {
+            0 | 1 => {
+                let role = if rng.below(2) == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                };
+                return Record::MessageAppended {
+                    message: Message::new(role, vec![ContentBlock::text(format!("m{n} ✓"))]),
+                };
+            }
+            2 if !messages.is_empty() => {
+                return Record::MessageExtended {
+                    index: rng.below(messages.len() as u64) as usize,
+                    content: vec![ContentBlock::text(format!("x{n}"))],
+                };
+            }
+            3 => {
+                // Clearing and compaction replace the context.
+                let keep = rng.below(messages.len() as u64 + 1) as usize;
+                let mut kept: Vec<Message> = messages[messages.len() - keep..].to_vec();
+                kept.insert(0, Message::user_text(format!("summary {n}")));
+                return Record::ContextReplaced {
+                    reason: if n.is_multiple_of(2) {
+                        ReplaceReason::Compaction
+                    } else {
+                        ReplaceReason::Clearing
+                    },
+                    messages: kept,
+                };
+            }
+            4 => {
+                return Record::ModelChanged {
+                    model: format!("model-{}", rng.below(3)),
+                };
+            }
+            5 => {
+                return Record::TodosChanged {
+                    todos: (0..rng.below(3))
+                        .map(|i| Todo {
+                            content: format!("todo {i}"),
+                            status: TodoStatus::Pending,
+                        })
+                        .collect(),
+                };
+            }
+            6 => {
+                return Record::ToolStarted {
+                    call_id: format!("c{n}"),
+                    name: "bash".into(),
+                    arguments: json!({"n": n}),
+                };
+            }
+            7 if !state.open_calls.is_empty() => {
+                let at = rng.below(state.open_calls.len() as u64) as usize;
+                return Record::ToolFinished {
+                    call_id: state.open_calls[at].call_id.clone(),
+                    is_error: rng.below(2) == 0,
+                };
+            }
+            8 => {
+                return Record::Usage {
+                    usage: Usage {
+                        input: rng.below(100),
+                        output: rng.below(100),
+                        cache_read: rng.below(10),
+                        cache_write: 0,
+                    },
+                };
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn replaying_the_file_equals_the_live_state_after_every_mutation() {
+    for seed in 1..=20u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut w, live) = store(dir.path()).create(cwd(), "m", None).unwrap();
+        let (mut state, mut messages) = (live.state, live.messages);
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        for n in 0..60 {
+            let record = random_record(&mut rng, &state, &messages, n);
+            w.append(&record).unwrap();
+            state.apply(&mut messages, record).unwrap();
+            let loaded = load(w.path()).unwrap();
+            assert_eq!(loaded.state, state, "seed {seed}, record {n}");
+            assert_eq!(loaded.messages, messages, "seed {seed}, record {n}");
+        }
+    }
+}
+
+fn agent(provider: Arc<ScriptedProvider>) -> Agent {
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Calculator)).unwrap();
+    let (sink, _rx) = EventSink::channel(4096);
+    Agent::new(
+        provider,
+        Arc::new(tools),
+        AgentConfig {
+            model: "scripted".into(),
+            ..AgentConfig::default()
+        },
+        std::env::temp_dir(),
+        sink,
+    )
+}
+
+#[tokio::test]
+async fn the_live_agent_and_its_reloaded_file_agree_after_every_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = Arc::new(ScriptedProvider::new(vec![
+        script::tool_call("c1", "calculator", json!({"expression": "2+3"})),
+        script::text("5"),
+        script::tool_calls(&[
+            ("c2", "calculator", json!({"expression": "1+1"})),
+            ("c3", "calculator", json!({"expression": "2*2"})),
+        ]),
+        script::text("2 and 4"),
+    ]));
+    let (w, loaded) = store(dir.path()).create(cwd(), "scripted", None).unwrap();
+    let path = w.path().to_path_buf();
+    let mut a = agent(provider).with_session(w, loaded).unwrap();
+    for prompt in ["add", "more"] {
+        let outcome = a
+            .run_turn(vec![ContentBlock::text(prompt)], CancellationToken::new())
+            .await;
+        assert_eq!(outcome, TurnOutcome::Done);
+        let loaded = load(&path).unwrap();
+        assert_eq!(loaded.messages, a.messages());
+        assert_eq!(&loaded.state, a.session());
+        assert!(loaded.state.open_calls.is_empty());
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    for kind in ["tool_started", "tool_finished", "usage", "message_appended"] {
+        assert!(text.contains(&format!("\"type\":\"{kind}\"")), "{kind}");
+    }
+    // tool_started is written before the result it precedes.
+    let started = text.find("\"tool_started\"").unwrap();
+    let result = text.find("\"tool_result\"").unwrap();
+    assert!(started < result);
+}
+
+#[tokio::test]
+async fn a_call_cut_off_mid_run_resumes_as_unknown_outcome_and_is_not_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(dir.path());
+    // What a crash mid-tool leaves: the call asked for, started, never finished; a second call
+    // of the same response never started.
+    let (mut w, _) = s.create(cwd(), "scripted", None).unwrap();
+    let path = w.path().to_path_buf();
+    w.append(&Record::MessageAppended {
+        message: Message::user_text("run it"),
+    })
+    .unwrap();
+    w.append(&Record::MessageAppended {
+        message: Message::new(
+            Role::Assistant,
+            vec![
+                ContentBlock::ToolCall {
+                    id: "c1".into(),
+                    name: "calculator".into(),
+                    arguments: json!({"expression": "1+1"}),
+                    meta: None,
+                },
+                ContentBlock::ToolCall {
+                    id: "c2".into(),
+                    name: "calculator".into(),
+                    arguments: json!({"expression": "2+2"}),
+                    meta: None,
+                },
+            ],
+        ),
+    })
+    .unwrap();
+    w.append(&Record::ToolStarted {
+        call_id: "c1".into(),
+        name: "calculator".into(),
+        arguments: json!({"expression": "1+1"}),
+    })
+    .unwrap();
+    drop(w);
+
+    let provider = Arc::new(ScriptedProvider::new(vec![script::text("ok")]));
+    let (w, loaded) = SessionWriter::resume(&path, Some(cwd()), None).unwrap();
+    let mut a = agent(Arc::clone(&provider))
+        .with_session(w, loaded)
+        .unwrap();
+    validate_transcript(a.messages(), Tail::Complete).unwrap();
+    let repaired = a.messages().last().unwrap();
+    let texts: Vec<(String, bool)> = repaired
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert!(texts[0].0.starts_with("Unknown outcome"), "{texts:?}");
+    assert!(texts[0].1);
+    assert!(texts[1].0.starts_with("Not executed"), "{texts:?}");
+    assert!(a.session().open_calls.is_empty());
+
+    let outcome = a
+        .run_turn(vec![ContentBlock::text("go on")], CancellationToken::new())
+        .await;
+    assert_eq!(outcome, TurnOutcome::Done);
+    // One request, and no tool ran: the model was asked, nothing was repeated.
+    assert_eq!(provider.requests().len(), 1);
+    let loaded = load(&path).unwrap();
+    assert_eq!(loaded.messages, a.messages());
+    assert_eq!(loaded.state.open_calls, Vec::new());
+    assert_eq!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .matches("\"tool_started\"")
+            .count(),
+        1,
+        "the cut-off call was not started again"
+    );
+}
+
+#[tokio::test]
+async fn merged_user_text_survives_a_restart_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // The first turn fails (no scripted response left), leaving a user message; the next
+    // prompt merges into it.
+    let provider = Arc::new(ScriptedProvider::new(vec![]));
+    let (w, loaded) = store(dir.path()).create(cwd(), "scripted", None).unwrap();
+    let path = w.path().to_path_buf();
+    let mut a = agent(provider).with_session(w, loaded).unwrap();
+    let first = a
+        .run_turn(vec![ContentBlock::text("one")], CancellationToken::new())
+        .await;
+    assert!(matches!(first, TurnOutcome::Failed { .. }), "{first:?}");
+    let _ = a
+        .run_turn(vec![ContentBlock::text("two")], CancellationToken::new())
+        .await;
+    drop(a);
+    let loaded = load(&path).unwrap();
+    assert_eq!(loaded.messages.len(), 1);
+    let texts: Vec<&str> = loaded.messages[0]
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["one", "two"]);
+    assert_eq!(loaded.prompts, 2);
+}
