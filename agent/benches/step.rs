@@ -3,6 +3,11 @@
 //! divided by 1,000, is what the loop itself costs per step (sampling a scripted response,
 //! building the message, validating the transcript, dispatch, events), without the tool's I/O.
 //!
+//! `turn_of_1000_read_file_steps_with_session` is the same turn kept in a session file (every
+//! record written, `tool_started`/`tool_finished` synced) on a tmpfs (/dev/shm), where a sync
+//! costs nothing: the per-step cost of sessions excluding the documented syncs (their disk
+//! cost is in the `session` bench).
+//!
 //! Run: `cargo bench -p anvil-agent`.
 
 use std::sync::Arc;
@@ -88,6 +93,51 @@ fn turn_of_1000_read_file_steps(bencher: Bencher) {
                 &f.root,
                 EventSink::discard(),
             )
+        })
+        .bench_local_values(|mut agent| {
+            let outcome = rt
+                .block_on(agent.run_turn(vec![ContentBlock::text("go")], CancellationToken::new()));
+            assert_eq!(outcome, TurnOutcome::Done);
+            agent
+        });
+}
+
+#[divan::bench(sample_count = 10)]
+fn turn_of_1000_read_file_steps_with_session(bencher: Bencher) {
+    let rt = runtime();
+    let f = fixture();
+    let shm = tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let store = anvil_agent::session::SessionStore::new(shm.path());
+    bencher
+        .with_inputs(|| {
+            let mut steps: Vec<_> = (0..STEPS)
+                .map(|i| {
+                    script::tool_call(
+                        &format!("c{i}"),
+                        "read_file",
+                        json!({"file_path": "small.txt"}),
+                    )
+                })
+                .collect();
+            steps.push(script::text("done"));
+            let provider = Arc::new(ScriptedProvider::new(steps).without_recording());
+            let (writer, loaded) = store
+                .create(&f.root, "scripted", None)
+                .unwrap_or_else(|e| panic!("{e}"));
+            Agent::new(
+                provider,
+                Arc::clone(&f.tools),
+                AgentConfig {
+                    max_steps: STEPS as u32 + 1,
+                    ..AgentConfig::default()
+                },
+                &f.root,
+                EventSink::discard(),
+            )
+            .with_session(writer, loaded)
+            .unwrap_or_else(|e| panic!("{e}"))
         })
         .bench_local_values(|mut agent| {
             let outcome = rt

@@ -498,21 +498,28 @@ pub fn load(path: &Path) -> Result<LoadedSession, SessionError> {
             line: line_no,
             reason,
         };
-        // The version first: a newer format is refused as such, not as malformed.
+        // A newer format is refused as such, never as malformed and never half-read.
         #[derive(serde::Deserialize)]
         struct Version {
             v: u32,
         }
-        let version: Version =
-            serde_json::from_slice(line).map_err(|e| malformed(e.to_string()))?;
-        if version.v > FORMAT_VERSION {
-            return Err(SessionError::FutureVersion {
-                path: path.to_path_buf(),
-                line: line_no,
-                found: version.v,
-            });
+        let future = |found: u32| SessionError::FutureVersion {
+            path: path.to_path_buf(),
+            line: line_no,
+            found,
+        };
+        let entry: Entry = match serde_json::from_slice(line) {
+            Ok(entry) => entry,
+            Err(e) => {
+                return Err(match serde_json::from_slice::<Version>(line) {
+                    Ok(Version { v }) if v > FORMAT_VERSION => future(v),
+                    _ => malformed(e.to_string()),
+                });
+            }
+        };
+        if entry.v > FORMAT_VERSION {
+            return Err(future(entry.v));
         }
-        let entry: Entry = serde_json::from_slice(line).map_err(|e| malformed(e.to_string()))?;
         if entry.seq != last_seq + 1 {
             return Err(SessionError::Sequence {
                 path: path.to_path_buf(),

@@ -15,6 +15,14 @@ use crate::secrets::Redactor;
 use crate::tools::calculator::Calculator;
 use crate::{Agent, AgentConfig, EventSink, ToolRegistry, TurnOutcome};
 
+/// A scratch directory on a tmpfs where there is one: these tests check what is written and
+/// read back, and a sync there costs nothing (on a busy disk the syncs would dominate).
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap()
+}
+
 fn store(dir: &Path) -> SessionStore {
     SessionStore::new(dir.join("sessions"))
 }
@@ -31,7 +39,7 @@ fn append_line(path: &Path, text: &str) {
 
 #[test]
 fn a_new_session_reloads_to_what_was_written() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (mut w, _) = store(dir.path()).create(cwd(), "m1", None).unwrap();
     w.append(&Record::MessageAppended {
         message: Message::user_text("hello"),
@@ -64,7 +72,7 @@ fn a_new_session_reloads_to_what_was_written() {
 
 #[test]
 fn a_torn_final_line_is_left_out_and_cut_off_on_resume() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (mut w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
     w.append(&Record::MessageAppended {
         message: Message::user_text("one"),
@@ -96,7 +104,7 @@ fn a_torn_final_line_is_left_out_and_cut_off_on_resume() {
 
 #[test]
 fn a_malformed_interior_line_is_refused_with_its_number() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
     let path = w.path().to_path_buf();
     drop(w);
@@ -120,7 +128,7 @@ fn a_malformed_interior_line_is_refused_with_its_number() {
 
 #[test]
 fn a_newer_format_is_refused_never_half_read() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
     let path = w.path().to_path_buf();
     drop(w);
@@ -146,7 +154,7 @@ fn a_newer_format_is_refused_never_half_read() {
 
 #[test]
 fn a_gap_in_the_sequence_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
     let path = w.path().to_path_buf();
     drop(w);
@@ -171,7 +179,7 @@ fn a_gap_in_the_sequence_is_refused() {
 
 #[test]
 fn a_file_that_does_not_start_with_session_started_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let path = dir.path().join("x.jsonl");
     std::fs::write(
         &path,
@@ -191,7 +199,7 @@ fn a_file_that_does_not_start_with_session_started_is_refused() {
 
 #[test]
 fn a_second_writer_is_refused_naming_the_holder_until_the_first_is_gone() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
     let path = w.path().to_path_buf();
     let err = SessionWriter::resume(&path, None, None).unwrap_err();
@@ -206,7 +214,7 @@ fn a_second_writer_is_refused_naming_the_holder_until_the_first_is_gone() {
 
 #[test]
 fn a_session_of_another_directory_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
     let path = w.path().to_path_buf();
     drop(w);
@@ -216,7 +224,7 @@ fn a_session_of_another_directory_is_refused() {
 
 #[test]
 fn known_secret_values_never_reach_the_file() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let secret = "sk-live-0123456789abcdef";
     let redactor = Arc::new(Redactor::default());
     redactor.register("OPENAI_API_KEY", secret);
@@ -241,7 +249,7 @@ fn known_secret_values_never_reach_the_file() {
 
 #[test]
 fn sessions_are_listed_newest_first_with_their_first_prompt() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let s = store(dir.path());
     let (mut a, _) = s.create(cwd(), "m", None).unwrap();
     a.append(&Record::MessageAppended {
@@ -363,7 +371,7 @@ fn random_record(rng: &mut Rng, state: &SessionState, messages: &[Message], n: u
 #[test]
 fn replaying_the_file_equals_the_live_state_after_every_mutation() {
     for seed in 1..=20u64 {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = scratch();
         let (mut w, live) = store(dir.path()).create(cwd(), "m", None).unwrap();
         let (mut state, mut messages) = (live.state, live.messages);
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
@@ -396,7 +404,7 @@ fn agent(provider: Arc<ScriptedProvider>) -> Agent {
 
 #[tokio::test]
 async fn the_live_agent_and_its_reloaded_file_agree_after_every_turn() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let provider = Arc::new(ScriptedProvider::new(vec![
         script::tool_call("c1", "calculator", json!({"expression": "2+3"})),
         script::text("5"),
@@ -431,7 +439,7 @@ async fn the_live_agent_and_its_reloaded_file_agree_after_every_turn() {
 
 #[tokio::test]
 async fn a_call_cut_off_mid_run_resumes_as_unknown_outcome_and_is_not_rerun() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     let s = store(dir.path());
     // What a crash mid-tool leaves: the call asked for, started, never finished; a second call
     // of the same response never started.
@@ -512,7 +520,7 @@ async fn a_call_cut_off_mid_run_resumes_as_unknown_outcome_and_is_not_rerun() {
 
 #[tokio::test]
 async fn merged_user_text_survives_a_restart_exactly_once() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = scratch();
     // The first turn fails (no scripted response left), leaving a user message; the next
     // prompt merges into it.
     let provider = Arc::new(ScriptedProvider::new(vec![]));
