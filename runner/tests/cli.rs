@@ -814,12 +814,12 @@ impl Drop for Tmux {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
+    // The tool's process is found by this name in /proc: unique to this test process, so a run
+    // in another worktree at the same time is not mistaken for this one.
+    let marker = format!("anvil-tmux-{}", std::process::id());
+    let command = format!("echo started > started.txt; exec -a {marker} sleep 30");
     let server = server(vec![
-        tool_answer(
-            "toolu_1",
-            "bash",
-            json!({"command": "echo started > started.txt; exec -a anvil-mark-tmux sleep 30"}),
-        ),
+        tool_answer("toolu_1", "bash", json!({ "command": command })),
         text_answer("Hello again!"),
     ])
     .await;
@@ -832,7 +832,7 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
     let screen = tmux.wait_for("[y]es  [a]lways  [n]o");
     // The call's line is on screen before the approval prompt, each on a row of its own (under
     // load they once shared one: `⏵ approve bash(…)?⏺ bash(…)`).
-    let call = "bash(command=echo started > started.txt; exec -a anvil-mark-tmux sleep 30)";
+    let call = format!("bash(command={command})");
     let rows: Vec<&str> = screen.lines().map(str::trim_end).collect();
     let tool_row = rows.iter().position(|r| *r == format!("⏺ {call}"));
     let approve_row = rows.iter().position(|r| *r == format!("⏵ approve {call}?"));
@@ -846,7 +846,7 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
         std::fs::read_to_string(&started).is_ok_and(|s| !s.trim().is_empty())
     });
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !marked_alive("anvil-mark-tmux") {
+    while !marked_alive(&marker) {
         assert!(
             Instant::now() < deadline,
             "the tool's process never showed up"
@@ -858,11 +858,11 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
     tmux.wait_for("(cancelled)");
     assert!(pressed.elapsed() < Duration::from_secs(5));
     let deadline = Instant::now() + Duration::from_secs(2);
-    while marked_alive("anvil-mark-tmux") && Instant::now() < deadline {
+    while marked_alive(&marker) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(
-        !marked_alive("anvil-mark-tmux"),
+        !marked_alive(&marker),
         "the cancelled tool's process survived"
     );
     // The next prompt works, and the conversation went on.
