@@ -52,8 +52,17 @@ fn ask(request: &ApprovalRequest, style: Style) -> Answer {
         ))
     );
     eprintln!("{}", style.dim(&format!("  {}", request.reason)));
-    let Ok(mut editor) = DefaultEditor::new() else {
-        return Answer::No(None);
+    // Whatever keeps an answer from being read declines the call, and says so on screen.
+    let declined = |e: ReadlineError| {
+        eprintln!(
+            "{}",
+            style.red(&format!("  cannot read an answer ({e}): not run"))
+        );
+        Answer::No(None)
+    };
+    let mut editor = match DefaultEditor::new() {
+        Ok(editor) => editor,
+        Err(e) => return declined(e),
     };
     loop {
         match editor.readline("  [y]es  [a]lways  [n]o › ") {
@@ -71,7 +80,9 @@ fn ask(request: &ApprovalRequest, style: Style) -> Answer {
                 _ => eprintln!("  answer y, a or n"),
             },
             Err(ReadlineError::Interrupted) => return Answer::Interrupted,
-            Err(_) => return Answer::No(None),
+            // Ctrl-D: a no without feedback.
+            Err(ReadlineError::Eof) => return Answer::No(None),
+            Err(e) => return declined(e),
         }
     }
 }
