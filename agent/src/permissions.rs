@@ -43,7 +43,13 @@ use runs::Invocation;
 use shell::{RedirectOp, Script, Word};
 
 /// The fallback decision when no rule decides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// The one permission-mode type of the workspace: the `--permission-mode` flag, `task.toml`'s
+/// `permission_mode` and the flag a trial passes to `anvil` all use it. Its names come from
+/// [`PermissionMode::name`] alone (`Display`, `FromStr` and serde all go through it), so the
+/// places that write a mode and the places that read one cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "&'static str", try_from = "String")]
 pub enum PermissionMode {
     /// Reads only: anything else is denied, whatever the rules say.
     Plan,
@@ -55,14 +61,80 @@ pub enum PermissionMode {
     Bypass,
 }
 
-impl fmt::Display for PermissionMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl PermissionMode {
+    /// Every mode, from the most to the least restrictive.
+    pub const ALL: [PermissionMode; 4] = [
+        PermissionMode::Plan,
+        PermissionMode::Default,
+        PermissionMode::AcceptEdits,
+        PermissionMode::Bypass,
+    ];
+
+    /// The mode's name on the command line and in files.
+    pub const fn name(self) -> &'static str {
+        match self {
             PermissionMode::Plan => "plan",
             PermissionMode::Default => "default",
             PermissionMode::AcceptEdits => "accept-edits",
             PermissionMode::Bypass => "bypass",
-        })
+        }
+    }
+
+    /// What the mode lets run without approval, in one line without a final period (for
+    /// `--help`, which lists the modes like clap lists a `ValueEnum`'s).
+    pub const fn summary(self) -> &'static str {
+        match self {
+            PermissionMode::Plan => "Read-only exploration: no edits, no commands",
+            PermissionMode::Default => "Ask before edits and commands",
+            PermissionMode::AcceptEdits => {
+                "Edits inside the workspace are allowed; commands still ask"
+            }
+            PermissionMode::Bypass => "No prompts (the OS sandbox still applies)",
+        }
+    }
+}
+
+impl fmt::Display for PermissionMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A permission mode that is not one of [`PermissionMode::ALL`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown permission mode '{given}': expected one of {}", mode_names())]
+pub struct UnknownPermissionMode {
+    pub given: String,
+}
+
+fn mode_names() -> String {
+    PermissionMode::ALL.map(PermissionMode::name).join(", ")
+}
+
+impl std::str::FromStr for PermissionMode {
+    type Err = UnknownPermissionMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PermissionMode::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| UnknownPermissionMode {
+                given: s.to_string(),
+            })
+    }
+}
+
+impl TryFrom<String> for PermissionMode {
+    type Error = UnknownPermissionMode;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+impl From<PermissionMode> for &'static str {
+    fn from(mode: PermissionMode) -> Self {
+        mode.name()
     }
 }
 
@@ -962,4 +1034,37 @@ impl Policy {
 fn prefix_rule(words: &[String]) -> Option<String> {
     let head: Vec<String> = words.iter().take(2).cloned().collect();
     (!head.is_empty()).then(|| format!("bash({}:*)", quote_words(&head)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mode_reads_back_from_its_name() {
+        let names: Vec<&str> = PermissionMode::ALL.map(PermissionMode::name).to_vec();
+        assert_eq!(names, ["plan", "default", "accept-edits", "bypass"]);
+        for mode in PermissionMode::ALL {
+            assert_eq!(mode.to_string(), mode.name());
+            assert_eq!(mode.name().parse::<PermissionMode>(), Ok(mode));
+            let json = serde_json::to_string(&mode).unwrap();
+            assert_eq!(json, format!("\"{}\"", mode.name()));
+            assert_eq!(serde_json::from_str::<PermissionMode>(&json).unwrap(), mode);
+        }
+    }
+
+    #[test]
+    fn an_unknown_mode_names_the_ones_there_are() {
+        let err = "acceptEdits".parse::<PermissionMode>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unknown permission mode 'acceptEdits': expected one of plan, default, accept-edits, bypass"
+        );
+        let err = serde_json::from_str::<PermissionMode>("\"yolo\"").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("unknown permission mode 'yolo': expected one of plan,"),
+            "{err}"
+        );
+    }
 }

@@ -36,6 +36,7 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use anvil_agent::permissions::PermissionMode;
 use serde::{Deserialize, Serialize};
 
 /// A task that failed to load: which file, which field, and why.
@@ -45,15 +46,6 @@ pub struct TaskError {
     pub path: PathBuf,
     pub field: Option<String>,
     pub reason: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PermissionMode {
-    Plan,
-    Default,
-    AcceptEdits,
-    Bypass,
 }
 
 /// anvil's protected test runners.
@@ -93,6 +85,7 @@ pub struct TaskToml {
     pub timeout_secs: u64,
     #[serde(default)]
     pub cost_cap_usd: Option<f64>,
+    /// Any of the agent's modes; the trial passes it to `anvil --permission-mode`.
     pub permission_mode: PermissionMode,
     #[serde(default)]
     pub dependencies: Vec<String>,
@@ -374,4 +367,51 @@ pub fn find_tasks(pattern: &str) -> Result<Vec<PathBuf>, TaskError> {
         });
     }
     Ok(dirs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A minimal valid task whose task.toml says `permission_mode = {mode}`.
+    fn task_with_mode(root: &Path, mode: &str) -> PathBuf {
+        let dir = root.join("t");
+        let files = dir.join("grader/files/tests");
+        for d in [dir.join("repo"), dir.join("solution"), files.clone()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(files.join("test_a.py"), "").unwrap();
+        std::fs::write(
+            dir.join("task.toml"),
+            format!(
+                "name = \"t\"\nprompt = \"Do it.\"\nmax_steps = 5\ntimeout_secs = 60\n\
+                 permission_mode = \"{mode}\"\n\n[check]\nrunner = \"python-unittest\"\n\
+                 timeout_secs = 30\nprotected = [\"tests/test_a.py\"]\n\
+                 tests = [\"tests/test_a.py::A::test_a\"]\n"
+            ),
+        )
+        .unwrap();
+        dir
+    }
+
+    #[test]
+    fn task_toml_takes_every_permission_mode_by_its_name() {
+        for mode in PermissionMode::ALL {
+            let root = tempfile::tempdir().unwrap();
+            let task = Task::load(&task_with_mode(root.path(), mode.name())).unwrap();
+            assert_eq!(task.spec.permission_mode, mode);
+        }
+    }
+
+    #[test]
+    fn an_unknown_permission_mode_names_task_toml_the_line_and_the_modes() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = task_with_mode(root.path(), "yolo");
+        let err = Task::load(&dir).unwrap_err();
+        assert_eq!(err.path, dir.canonicalize().unwrap().join("task.toml"));
+        assert_eq!(
+            err.reason,
+            "line 5: unknown permission mode 'yolo': expected one of plan, default, accept-edits, bypass"
+        );
+    }
 }

@@ -752,9 +752,11 @@ impl Tmux {
         Tmux { session }
     }
 
+    /// The pane's history and screen, a line wrapped at the pane's width joined back into one
+    /// (`-J`), so what the tests look for does not depend on the width.
     fn screen(&self) -> String {
         let out = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.session])
+            .args(["capture-pane", "-p", "-J", "-S", "-", "-t", &self.session])
             .output()
             .unwrap();
         String::from_utf8_lossy(&out.stdout).into_owned()
@@ -769,18 +771,36 @@ impl Tmux {
     }
 
     fn wait_for(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        self.wait_until(needle, |screen| screen.contains(needle))
+    }
+
+    /// Polls the screen until `done` holds; fails naming `what` after a deadline.
+    fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let screen = self.screen();
-            if screen.contains(needle) {
+            if done(&screen) {
                 return screen;
             }
             assert!(
                 Instant::now() < deadline,
-                "never saw {needle:?} on screen:\n{screen}"
+                "never saw {what:?} on screen:\n{screen}"
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Waits until the session waits at its prompt: the last line on screen is an empty `›`
+    /// (keys sent before the line editor reads would race with it).
+    fn wait_for_prompt(&self) -> String {
+        self.wait_until("an empty › prompt on the last line", |screen| {
+            screen
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::trim)
+                == Some("›")
+        })
     }
 }
 
@@ -794,26 +814,39 @@ impl Drop for Tmux {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
+    // The tool's process is found by this name in /proc: unique to this test process, so a run
+    // in another worktree at the same time is not mistaken for this one.
+    let marker = format!("anvil-tmux-{}", std::process::id());
+    let command = format!("echo started > started.txt; exec -a {marker} sleep 30");
     let server = server(vec![
-        tool_answer(
-            "toolu_1",
-            "bash",
-            json!({"command": "echo started > started.txt; exec -a anvil-mark-tmux sleep 30"}),
-        ),
+        tool_answer("toolu_1", "bash", json!({ "command": command })),
         text_answer("Hello again!"),
     ])
     .await;
     let m = machine(&server);
-    let tmux = Tmux::start(&m, 120);
-    tmux.wait_for("/help for commands");
+    // Wider than any line of this test: nothing wraps, whatever the terminal's width.
+    let tmux = Tmux::start(&m, 300);
+    tmux.wait_for_prompt();
     tmux.send(&["run the long thing", "Enter"]);
-    tmux.wait_for("⏺ bash(command=echo started > started.txt; exec -a anvil-mark-tmux sleep 30)");
     // Default mode asks before a command runs.
-    tmux.wait_for("[y]es  [a]lways  [n]o");
+    let screen = tmux.wait_for("[y]es  [a]lways  [n]o");
+    // The call's line is on screen before the approval prompt, each on a row of its own (under
+    // load they once shared one: `⏵ approve bash(…)?⏺ bash(…)`).
+    let call = format!("bash(command={command})");
+    let rows: Vec<&str> = screen.lines().map(str::trim_end).collect();
+    let tool_row = rows.iter().position(|r| *r == format!("⏺ {call}"));
+    let approve_row = rows.iter().position(|r| *r == format!("⏵ approve {call}?"));
+    assert!(
+        matches!((tool_row, approve_row), (Some(t), Some(a)) if t < a),
+        "the tool line and the approval prompt are not on rows of their own, in order:\n{screen}"
+    );
     tmux.send(&["y", "Enter"]);
-    wait_for_file(&m.repo.join("started.txt"));
+    let started = m.repo.join("started.txt");
+    tmux.wait_until("the approved command writing started.txt", |_| {
+        std::fs::read_to_string(&started).is_ok_and(|s| !s.trim().is_empty())
+    });
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !marked_alive("anvil-mark-tmux") {
+    while !marked_alive(&marker) {
         assert!(
             Instant::now() < deadline,
             "the tool's process never showed up"
@@ -825,14 +858,15 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
     tmux.wait_for("(cancelled)");
     assert!(pressed.elapsed() < Duration::from_secs(5));
     let deadline = Instant::now() + Duration::from_secs(2);
-    while marked_alive("anvil-mark-tmux") && Instant::now() < deadline {
+    while marked_alive(&marker) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(
-        !marked_alive("anvil-mark-tmux"),
+        !marked_alive(&marker),
         "the cancelled tool's process survived"
     );
     // The next prompt works, and the conversation went on.
+    tmux.wait_for_prompt();
     tmux.send(&["hi", "Enter"]);
     let screen = tmux.wait_for("Hello again!");
     assert!(screen.contains("cancelled"), "{screen}");

@@ -2,6 +2,9 @@
 //! `y` (allow once), `a` (always, for the rest of the session) or `n` (deny, with optional
 //! feedback for the model). Ctrl-C at the prompt cancels the whole turn; anything but an
 //! explicit yes denies.
+//!
+//! The prompt borrows the terminal from the renderer ([`Screen`]): it appears only once the
+//! call's own line is on screen, and nothing else is printed until its line has ended.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,7 +13,7 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::render::{Style, call_line};
+use crate::cli::render::{Screen, Style, call_line};
 
 /// The running turn's token, so Ctrl-C at the prompt can cancel the turn.
 pub type TurnToken = Arc<Mutex<Option<CancellationToken>>>;
@@ -18,11 +21,17 @@ pub type TurnToken = Arc<Mutex<Option<CancellationToken>>>;
 pub struct InteractiveApprover {
     style: Style,
     turn: TurnToken,
+    screen: Screen,
 }
 
 impl InteractiveApprover {
-    pub fn new(style: Style, turn: TurnToken) -> Self {
-        Self { style, turn }
+    /// `screen` is the renderer's: the prompt waits for the call's line to be on screen.
+    pub fn new(style: Style, turn: TurnToken, screen: Screen) -> Self {
+        Self {
+            style,
+            turn,
+            screen,
+        }
     }
 }
 
@@ -43,8 +52,17 @@ fn ask(request: &ApprovalRequest, style: Style) -> Answer {
         ))
     );
     eprintln!("{}", style.dim(&format!("  {}", request.reason)));
-    let Ok(mut editor) = DefaultEditor::new() else {
-        return Answer::No(None);
+    // Whatever keeps an answer from being read declines the call, and says so on screen.
+    let declined = |e: ReadlineError| {
+        eprintln!(
+            "{}",
+            style.red(&format!("  cannot read an answer ({e}): not run"))
+        );
+        Answer::No(None)
+    };
+    let mut editor = match DefaultEditor::new() {
+        Ok(editor) => editor,
+        Err(e) => return declined(e),
     };
     loop {
         match editor.readline("  [y]es  [a]lways  [n]o › ") {
@@ -62,7 +80,9 @@ fn ask(request: &ApprovalRequest, style: Style) -> Answer {
                 _ => eprintln!("  answer y, a or n"),
             },
             Err(ReadlineError::Interrupted) => return Answer::Interrupted,
-            Err(_) => return Answer::No(None),
+            // Ctrl-D: a no without feedback.
+            Err(ReadlineError::Eof) => return Answer::No(None),
+            Err(e) => return declined(e),
         }
     }
 }
@@ -71,9 +91,16 @@ fn ask(request: &ApprovalRequest, style: Style) -> Answer {
 impl Approver for InteractiveApprover {
     async fn approve(&self, request: ApprovalRequest) -> ApprovalDecision {
         let style = self.style;
-        let answer = tokio::task::spawn_blocking(move || ask(&request, style))
-            .await
-            .unwrap_or(Answer::Interrupted);
+        let lease = self.screen.borrow().await;
+        // The lease goes with the prompt: rustyline ends the prompt's line before it returns,
+        // so the renderer's next line starts on a row of its own.
+        let answer = tokio::task::spawn_blocking(move || {
+            let answer = ask(&request, style);
+            drop(lease);
+            answer
+        })
+        .await
+        .unwrap_or(Answer::Interrupted);
         match answer {
             Answer::Yes => ApprovalDecision::Allow,
             Answer::Always => ApprovalDecision::AllowAlways,

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use anvil_agent::permissions::PermissionMode;
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Parser, ValueEnum};
 
 const EXAMPLES: &str = "\
@@ -40,16 +42,13 @@ pub enum SandboxMode {
     FullAccess,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PermissionMode {
-    /// Read-only exploration: no edits, no commands.
-    Plan,
-    /// Ask before edits and commands.
-    Default,
-    /// Edits inside the workspace are allowed; commands still ask.
-    AcceptEdits,
-    /// No prompts (the OS sandbox still applies).
-    Bypass,
+/// `--permission-mode`: the agent's own modes, their names and help lines from the agent crate
+/// (clap's `ValueEnum` cannot be derived on a type of another crate).
+fn permission_modes() -> impl TypedValueParser<Value = PermissionMode> {
+    PossibleValuesParser::new(
+        PermissionMode::ALL.map(|mode| PossibleValue::new(mode.name()).help(mode.summary())),
+    )
+    .try_map(|name| name.parse::<PermissionMode>())
 }
 
 #[derive(Debug, Parser)]
@@ -90,7 +89,7 @@ pub struct Cli {
 
     /// Which tool calls run without approval. The interactive session asks about the rest;
     /// headless, the rest is denied.
-    #[arg(long, value_enum, default_value_t = PermissionMode::Default)]
+    #[arg(long, value_parser = permission_modes(), default_value_t = PermissionMode::Default)]
     pub permission_mode: PermissionMode,
 
     /// For eval workers: run with exactly the model and sandbox settings in FILE (a
@@ -109,4 +108,51 @@ pub struct Cli {
 /// What `--help` shows after the options: examples, then the exit codes.
 fn long_help() -> String {
     format!("{EXAMPLES}\n\n{}", crate::exit::TABLE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("anvil").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn permission_mode_takes_every_mode_by_its_name() {
+        assert_eq!(parse(&[]).unwrap().permission_mode, PermissionMode::Default);
+        for mode in PermissionMode::ALL {
+            let cli = parse(&["--permission-mode", mode.name()]).unwrap();
+            assert_eq!(cli.permission_mode, mode);
+        }
+    }
+
+    #[test]
+    fn an_unknown_permission_mode_lists_the_modes() {
+        let err = parse(&["--permission-mode", "yolo"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("invalid value 'yolo' for '--permission-mode <PERMISSION_MODE>'")
+                && err.contains("[possible values: plan, default, accept-edits, bypass]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn help_explains_every_permission_mode() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_long_help().to_string();
+        for mode in PermissionMode::ALL {
+            let prefix = format!("- {}:", mode.name());
+            let line = help.lines().find(|l| l.trim_start().starts_with(&prefix));
+            assert_eq!(
+                line.and_then(|l| l.trim_start().strip_prefix(&prefix))
+                    .map(str::trim_start),
+                Some(mode.summary()),
+                "{help}"
+            );
+        }
+        assert!(help.contains("[default: default]"), "{help}");
+    }
 }

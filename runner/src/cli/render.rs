@@ -7,7 +7,7 @@ use std::io::{IsTerminal, Write};
 use anvil_agent::{AgentEvent, TurnOutcome};
 use anvil_llm::Usage;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// Whether to color output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,39 +89,85 @@ pub fn usage_line(usage: &Usage, steps: u32) -> String {
     )
 }
 
-fn line_break(out: &mut std::io::Stdout, at_line_start: &mut bool) {
-    if !*at_line_start {
-        let _ = writeln!(out);
-        *at_line_start = true;
+/// The approver's turn at the terminal: see [`Screen`].
+pub struct Loan {
+    granted: oneshot::Sender<()>,
+    returned: oneshot::Receiver<()>,
+}
+
+/// Lets the approver borrow the terminal from the renderer.
+///
+/// The agent sends a call's `ToolCallStarted` before it asks for approval, but the renderer
+/// prints it from its own task: without a hand-over, the approval prompt (stderr) and the tool
+/// line (stdout) raced, and under load the tool line landed on the prompt's row. So the
+/// renderer owns the terminal, and grants a loan only once every event sent before it is on
+/// screen and the cursor is at the start of a line; until the loan comes back it prints
+/// nothing.
+#[derive(Debug, Clone)]
+pub struct Screen {
+    loans: mpsc::Sender<Loan>,
+}
+
+/// The terminal, borrowed: dropping it gives it back to the renderer.
+#[derive(Debug)]
+pub struct Lease {
+    _returned: oneshot::Sender<()>,
+}
+
+impl Screen {
+    /// A handle for the approver and the receiver [`interactive`] takes loans from.
+    pub fn channel() -> (Screen, mpsc::Receiver<Loan>) {
+        let (loans, rx) = mpsc::channel(1);
+        (Screen { loans }, rx)
+    }
+
+    /// Waits until the renderer has put everything before this call on screen. Without a
+    /// renderer (it is gone) the terminal is free anyway.
+    pub async fn borrow(&self) -> Lease {
+        let (granted, grant) = oneshot::channel();
+        let (lease, returned) = oneshot::channel();
+        if self.loans.send(Loan { granted, returned }).await.is_ok() {
+            let _ = grant.await;
+        }
+        Lease { _returned: lease }
     }
 }
 
-/// Renders events until the channel closes; signals `turn_done` after each `TurnFinished`
-/// once everything of that turn is on screen.
-pub async fn interactive(
-    mut events: mpsc::Receiver<AgentEvent>,
+/// What the renderer keeps between events.
+struct Renderer<W: Write> {
+    out: W,
     style: Style,
-    turn_done: std::sync::mpsc::Sender<TurnOutcome>,
-) {
-    let mut out = std::io::stdout();
-    let mut at_line_start = true;
-    let mut usage = Usage::default();
-    let mut steps = 0;
-    while let Some(event) = events.recv().await {
+    at_line_start: bool,
+    usage: Usage,
+    steps: u32,
+}
+
+impl<W: Write> Renderer<W> {
+    fn line_break(&mut self) {
+        if !self.at_line_start {
+            let _ = writeln!(self.out);
+            self.at_line_start = true;
+        }
+    }
+
+    /// Prints one event; returns the outcome when it ends a turn.
+    fn event(&mut self, event: AgentEvent) -> Option<TurnOutcome> {
+        let style = self.style;
+        let out = &mut self.out;
         match event {
-            AgentEvent::StepStarted { .. } => steps += 1,
+            AgentEvent::StepStarted { .. } => self.steps += 1,
             AgentEvent::TextDelta { text } => {
                 let _ = write!(out, "{text}");
-                at_line_start = text.ends_with('\n');
+                self.at_line_start = text.ends_with('\n');
             }
             AgentEvent::ReasoningDelta { text } => {
                 let _ = write!(out, "{}", style.dim(&text));
-                at_line_start = text.ends_with('\n');
+                self.at_line_start = text.ends_with('\n');
             }
             AgentEvent::ToolCallStarted { name, args, .. } => {
-                line_break(&mut out, &mut at_line_start);
+                self.line_break();
                 let _ = writeln!(
-                    out,
+                    self.out,
                     "{}",
                     style.dim(&format!("⏺ {}", call_line(&name, &args)))
                 );
@@ -140,17 +186,17 @@ pub async fn interactive(
                 }
             }
             AgentEvent::Usage { usage: u } => {
-                usage.input += u.input;
-                usage.output += u.output;
-                usage.cache_read += u.cache_read;
-                usage.cache_write += u.cache_write;
+                self.usage.input += u.input;
+                self.usage.output += u.output;
+                self.usage.cache_read += u.cache_read;
+                self.usage.cache_write += u.cache_write;
             }
             AgentEvent::StepFailed { error, .. } => {
-                line_break(&mut out, &mut at_line_start);
-                let _ = writeln!(out, "{}", style.red(&format!("error: {error}")));
+                self.line_break();
+                let _ = writeln!(self.out, "{}", style.red(&format!("error: {error}")));
             }
             AgentEvent::TurnFinished { outcome } => {
-                line_break(&mut out, &mut at_line_start);
+                self.line_break();
                 let note = match &outcome {
                     TurnOutcome::Done | TurnOutcome::Failed { .. } => None,
                     TurnOutcome::Cancelled => Some("(cancelled)".to_string()),
@@ -160,16 +206,65 @@ pub async fn interactive(
                     TurnOutcome::ProtocolStopped { reason } => Some(format!("(stopped: {reason})")),
                 };
                 if let Some(note) = note {
-                    let _ = writeln!(out, "{}", style.yellow(&note));
+                    let _ = writeln!(self.out, "{}", style.yellow(&note));
                 }
-                let _ = out.flush();
-                eprintln!("{}", style.dim(&usage_line(&usage, steps)));
-                usage = Usage::default();
-                steps = 0;
-                let _ = turn_done.send(outcome);
+                let _ = self.out.flush();
+                eprintln!("{}", style.dim(&usage_line(&self.usage, self.steps)));
+                self.usage = Usage::default();
+                self.steps = 0;
+                return Some(outcome);
             }
         }
-        let _ = out.flush();
+        None
+    }
+}
+
+/// Renders events until the channel closes; signals `turn_done` after each `TurnFinished`
+/// once everything of that turn is on screen. Lends the terminal to the approver between
+/// events (see [`Screen`]).
+pub async fn interactive(
+    events: mpsc::Receiver<AgentEvent>,
+    loans: mpsc::Receiver<Loan>,
+    style: Style,
+    turn_done: std::sync::mpsc::Sender<TurnOutcome>,
+) {
+    render(std::io::stdout(), events, loans, style, turn_done).await;
+}
+
+async fn render<W: Write>(
+    out: W,
+    mut events: mpsc::Receiver<AgentEvent>,
+    mut loans: mpsc::Receiver<Loan>,
+    style: Style,
+    turn_done: std::sync::mpsc::Sender<TurnOutcome>,
+) {
+    let mut renderer = Renderer {
+        out,
+        style,
+        at_line_start: true,
+        usage: Usage::default(),
+        steps: 0,
+    };
+    loop {
+        tokio::select! {
+            // Events first: a loan is granted only when no event sent before it is waiting.
+            biased;
+            event = events.recv() => {
+                let Some(event) = event else { break };
+                if let Some(outcome) = renderer.event(event) {
+                    let _ = turn_done.send(outcome);
+                }
+                let _ = renderer.out.flush();
+            }
+            Some(loan) = loans.recv() => {
+                renderer.line_break();
+                let _ = renderer.out.flush();
+                if loan.granted.send(()).is_ok() {
+                    // Err only means the lease was dropped: the terminal is back either way.
+                    let _ = loan.returned.await;
+                }
+            }
+        }
     }
 }
 
@@ -197,6 +292,87 @@ mod tests {
         let plain = Style { color: false };
         assert_eq!(plain.dim("x"), "x");
         assert_eq!(Style { color: true }.dim("x"), "\x1b[2mx\x1b[0m");
+    }
+
+    /// An output both the renderer and the test can see.
+    #[derive(Clone, Default)]
+    struct Shared(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl Write for Shared {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Shared {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    /// The regression behind `⏵ approve bash(…)?⏺ bash(…)` on one row: the approval prompt
+    /// was printed while the tool line was still waiting in the renderer's channel.
+    #[tokio::test]
+    async fn the_approver_gets_the_terminal_after_the_tool_line_and_until_it_gives_it_back() {
+        let (tx, events) = mpsc::channel(8);
+        let (screen, loans) = Screen::channel();
+        let (turn_done, _turns) = std::sync::mpsc::channel();
+        let out = Shared::default();
+        let renderer = tokio::spawn(render(
+            out.clone(),
+            events,
+            loans,
+            Style { color: false },
+            turn_done,
+        ));
+        // What the agent sends before it asks: text without a newline, then the call.
+        for event in [
+            AgentEvent::TextDelta {
+                text: "Let me list it".into(),
+            },
+            AgentEvent::ToolCallStarted {
+                id: "toolu_1".into(),
+                name: "bash".into(),
+                args: json!({"command": "ls"}),
+            },
+        ] {
+            tx.send(event).await.unwrap();
+        }
+        let lease = screen.borrow().await;
+        assert_eq!(out.text(), "Let me list it\n⏺ bash(command=ls)\n");
+        // While the approver holds the terminal, nothing is printed over its prompt.
+        tx.send(AgentEvent::ToolCallFinished {
+            id: "toolu_1".into(),
+            name: "bash".into(),
+            is_error: false,
+            preview: "Cargo.toml".into(),
+        })
+        .await
+        .unwrap();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(out.text(), "Let me list it\n⏺ bash(command=ls)\n");
+        drop(lease);
+        drop(tx);
+        renderer.await.unwrap();
+        assert_eq!(
+            out.text(),
+            "Let me list it\n⏺ bash(command=ls)\n  ⎿ Cargo.toml\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_renderer_the_terminal_is_free() {
+        let (screen, loans) = Screen::channel();
+        drop(loans);
+        tokio::time::timeout(std::time::Duration::from_secs(5), screen.borrow())
+            .await
+            .unwrap();
     }
 
     #[test]

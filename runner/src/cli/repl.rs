@@ -58,12 +58,17 @@ pub fn run(cli: Cli) -> i32 {
             return exit::CONFIG;
         }
     };
+    let (screen, loans) = render::Screen::channel();
     session.agent = session.agent.with_permissions(
         policy,
-        std::sync::Arc::new(approve::InteractiveApprover::new(style, turn_token.clone())),
+        std::sync::Arc::new(approve::InteractiveApprover::new(
+            style,
+            turn_token.clone(),
+            screen,
+        )),
     );
     let (done_tx, done_rx) = std::sync::mpsc::channel::<TurnOutcome>();
-    rt.spawn(render::interactive(events, style, done_tx));
+    rt.spawn(render::interactive(events, loans, style, done_tx));
 
     println!(
         "{}",

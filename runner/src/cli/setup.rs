@@ -14,7 +14,7 @@ use anvil_llm::config::{Config, IgnoredKey, TrustStore};
 use anvil_llm::registry::{Registry, ResolvedModel};
 use sha2::{Digest, Sha256};
 
-use crate::cli::args::{Cli, PermissionMode, SandboxMode};
+use crate::cli::args::{Cli, SandboxMode};
 use crate::contract::TrialConfig;
 
 /// A session could not be set up; the message says what to change.
@@ -73,15 +73,9 @@ pub fn policy_for(
     cli: &Cli,
     session: &Session,
 ) -> Result<anvil_agent::permissions::Policy, SetupError> {
-    use anvil_agent::permissions::{PermissionMode as Mode, Policy, Rule};
+    use anvil_agent::permissions::{Policy, Rule};
     use anvil_llm::config::RuleKind;
-    let mode = match cli.permission_mode {
-        PermissionMode::Plan => Mode::Plan,
-        PermissionMode::Default => Mode::Default,
-        PermissionMode::AcceptEdits => Mode::AcceptEdits,
-        PermissionMode::Bypass => Mode::Bypass,
-    };
-    let mut policy = Policy::new(mode, &session.cwd);
+    let mut policy = Policy::new(cli.permission_mode, &session.cwd);
     for configured in &session.registry.config().permissions {
         let rule = Rule::parse(&configured.rule).map_err(|e| {
             SetupError(format!(

@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use anvil_agent::process::{self, ProcessSpec, Termination};
 use anvil_grader::digest::{self, TaskDigests};
-use anvil_grader::task::PermissionMode;
 use anvil_grader::{GradeOptions, Task, Verdict, grade};
 use anvil_llm::registry::PinnedModel;
 use anvil_report::record::{
@@ -377,12 +376,6 @@ impl AgentTrials {
         workspace: &Path,
         cancel: CancellationToken,
     ) -> Result<AgentRun, String> {
-        let mode = match task.spec.permission_mode {
-            PermissionMode::Plan => "plan",
-            PermissionMode::Default => "default",
-            PermissionMode::AcceptEdits => "accept-edits",
-            PermissionMode::Bypass => "bypass",
-        };
         let workspace_arg = workspace.display().to_string();
         let config_arg = config.display().to_string();
         let spec = ProcessSpec::new(self.options.anvil.display().to_string(), workspace)
@@ -394,7 +387,7 @@ impl AgentTrials {
                 "--output-format",
                 "json",
                 "--permission-mode",
-                mode,
+                task.spec.permission_mode.name(),
                 "--max-steps",
                 &task.spec.max_steps.to_string(),
                 "-C",
