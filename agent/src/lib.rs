@@ -10,6 +10,8 @@
 pub mod agent;
 /// Approvers: who answers when a call needs approval.
 pub mod approval;
+/// Keeping a long session inside the context window: budget, clearing, compaction.
+pub mod context;
 /// AgentEvent, TurnOutcome and the bounded event sink.
 pub mod event;
 /// What the native tools may read and write, and content-hash freshness.
