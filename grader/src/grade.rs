@@ -600,11 +600,7 @@ fn nonce() -> String {
             seed.extend_from_slice(&buf);
         }
     }
-    Sha256::digest(&seed)
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&Sha256::digest(&seed)[..16])
 }
 
 #[derive(Deserialize)]

@@ -266,18 +266,8 @@ impl ConfigFile {
             serde_json::to_string(&(&self.providers, &self.permissions.allow, &pricing))
         }
         .unwrap_or_default();
-        hex(&Sha256::digest(canonical.as_bytes()))
+        hex::encode(Sha256::digest(canonical.as_bytes()))
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 /// Where a merged key came from.
@@ -865,7 +855,7 @@ model = "qwen3:8b"
         let before = serde_json::to_string(&(&plain.providers, &plain.permissions.allow)).unwrap();
         assert_eq!(
             plain.trusted_digest(),
-            hex(&Sha256::digest(before.as_bytes()))
+            hex::encode(Sha256::digest(before.as_bytes()))
         );
     }
 

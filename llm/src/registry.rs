@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::capability::{Capabilities, MaxTokensField, SchemaDialect};
-use crate::config::{Config, ModelConfig, Pricing, ProviderConfig, hex};
+use crate::config::{Config, ModelConfig, Pricing, ProviderConfig};
 use crate::error::LlmError;
 use crate::http::{DEFAULT_REQUEST_DEADLINE_SECS, HttpOptions};
 use crate::protocol::Protocol;
@@ -115,7 +115,7 @@ impl PinnedModel {
             "max_output_tokens": self.max_output_tokens,
             "pricing": self.pricing,
         });
-        hex(&Sha256::digest(identity.to_string().as_bytes()))
+        hex::encode(Sha256::digest(identity.to_string().as_bytes()))
     }
 
     /// What differs from `old`, one entry per field: `provider.base_url "a" → "b"`.
