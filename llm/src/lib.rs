@@ -42,6 +42,8 @@ pub mod stream;
 /// ScriptedProvider, the test double for the model.
 #[cfg(feature = "testing")]
 pub mod testing;
+/// Cutting text to a length without splitting a character.
+pub mod text;
 /// The canonical model: messages, content blocks, tool specs, requests.
 pub mod types;
 
