@@ -19,6 +19,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anvil_llm::text::Limit;
 use anvil_llm::{
     ChatRequest, ContentBlock, FinishReason, LlmError, Message, MessageBuilder, Provider, Role,
     StreamEvent, TranscriptError, TranscriptValidator,
@@ -691,7 +692,10 @@ impl Agent {
                     id: call_id.clone(),
                     name: name.to_string(),
                     is_error: *is_error,
-                    preview: content.chars().take(PREVIEW_CHARS).collect(),
+                    preview: Limit::chars(PREVIEW_CHARS)
+                        .apply(content)
+                        .with_marker("")
+                        .into_owned(),
                 })
                 .await;
         }

@@ -7,6 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
+use anvil_llm::text::Limit;
+
 /// Project instruction files larger than this are cut, with a note saying so.
 pub const MAX_INSTRUCTION_BYTES: usize = 20 * 1024;
 
@@ -62,16 +64,13 @@ pub fn git_root(cwd: &Path) -> Option<PathBuf> {
 fn read_capped(path: &Path) -> Option<String> {
     let bytes = std::fs::read(path).ok()?;
     let text = String::from_utf8_lossy(&bytes);
-    if text.len() <= MAX_INSTRUCTION_BYTES {
+    let kept = Limit::bytes(MAX_INSTRUCTION_BYTES).apply(&text);
+    if !kept.is_cut() {
         return Some(text.into_owned());
-    }
-    let mut cut = MAX_INSTRUCTION_BYTES;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
     }
     Some(format!(
         "{}\n\n[truncated: this file is {} KB; only its first {} KB are included]",
-        &text[..cut],
+        kept.head,
         text.len() / 1024,
         MAX_INSTRUCTION_BYTES / 1024
     ))

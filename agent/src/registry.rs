@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use anvil_llm::text::{Keep, Limit};
 use anvil_llm::{ContentBlock, ToolSpec};
 use serde_json::Value;
 
@@ -169,24 +170,17 @@ pub fn cancelled_message(name: &str, cancellation: Cancellation) -> String {
 /// Keeps the head and the tail of `s` (where errors and summaries usually are) within `max`
 /// characters, with a note in the middle saying how much was cut. Never splits a character.
 pub fn truncate_middle(s: &str, max: usize) -> String {
-    let total = s.chars().count();
-    if total <= max {
+    let note_budget = 120.min(max / 2);
+    let t = Limit::chars(max)
+        .keep(Keep::HeadAndTail)
+        .room(note_budget)
+        .apply(s);
+    if !t.is_cut() {
         return s.to_string();
     }
-    let note_budget = 120.min(max / 2);
-    let keep = max.saturating_sub(note_budget);
-    let head_chars = keep / 2;
-    let tail_chars = keep - head_chars;
-    let head_end = s.char_indices().nth(head_chars).map_or(s.len(), |(i, _)| i);
-    let tail_start = s
-        .char_indices()
-        .nth(total - tail_chars)
-        .map_or(s.len(), |(i, _)| i);
-    let cut = total - head_chars - tail_chars;
     format!(
-        "{}\n\n[… {cut} characters cut from the middle; narrow the command or read a smaller range to see them …]\n\n{}",
-        &s[..head_end],
-        &s[tail_start..]
+        "{}\n\n[… {} characters cut from the middle; narrow the command or read a smaller range to see them …]\n\n{}",
+        t.head, t.omitted, t.tail
     )
 }
 
@@ -314,5 +308,15 @@ mod tests {
         let mixed = format!("HEAD{}TAIL", "é".repeat(5000));
         let t = truncate_middle(&mixed, 300);
         assert!(t.starts_with("HEAD") && t.ends_with("TAIL"));
+        // 120 of 250 characters are left for the note; the other 130 split evenly.
+        let digits: String = ('0'..='9').cycle().take(300).collect();
+        assert_eq!(
+            truncate_middle(&digits, 250),
+            format!(
+                "{}\n\n[… 170 characters cut from the middle; narrow the command or read a smaller range to see them …]\n\n{}",
+                &digits[..65],
+                &digits[235..]
+            )
+        );
     }
 }

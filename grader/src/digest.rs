@@ -25,10 +25,6 @@ pub struct TaskDigests {
     pub dependencies: String,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     entries.sort_by_key(|e| e.file_name());
@@ -75,7 +71,7 @@ pub fn tree(root: &Path) -> std::io::Result<String> {
         h.update((content.len() as u64).to_le_bytes());
         h.update(&content);
     }
-    Ok(hex(&h.finalize()))
+    Ok(hex::encode(h.finalize()))
 }
 
 pub fn of_task(task: &Task) -> std::io::Result<TaskDigests> {
@@ -88,15 +84,15 @@ pub fn of_task(task: &Task) -> std::io::Result<TaskDigests> {
         deps.update(&content);
     }
     Ok(TaskDigests {
-        task: hex(&Sha256::digest(std::fs::read(task.dir.join("task.toml"))?)),
+        task: hex::encode(Sha256::digest(std::fs::read(task.dir.join("task.toml"))?)),
         repo: tree(&task.repo())?,
         grader: {
             let mut g = Sha256::new();
             g.update(tree(&task.grader_dir())?.as_bytes());
             g.update(crate::grade::PYTHON_HARNESS.as_bytes());
             g.update(crate::grade::RUNNER_REVISION.as_bytes());
-            hex(&g.finalize())
+            hex::encode(g.finalize())
         },
-        dependencies: hex(&deps.finalize()),
+        dependencies: hex::encode(deps.finalize()),
     })
 }

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use anvil_agent::process::{self, ProcessOutput, ProcessSpec, Termination};
 use anvil_agent::sandbox::{Confined, Sandbox, SandboxError, SandboxPolicy, View};
+use anvil_llm::text::{Keep, Limit};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -107,11 +108,11 @@ fn tail(s: &str) -> String {
 
 /// The last `n` characters of `s`.
 fn last_chars(s: &str, n: usize) -> String {
-    let count = s.chars().count();
-    if count <= n {
-        return s.to_string();
-    }
-    s.chars().skip(count - n).collect()
+    Limit::chars(n)
+        .keep(Keep::Tail)
+        .apply(s)
+        .with_marker("")
+        .into_owned()
 }
 
 /// The sandbox of one grading directory. The backend is probed once per process.
@@ -600,11 +601,7 @@ fn nonce() -> String {
             seed.extend_from_slice(&buf);
         }
     }
-    Sha256::digest(&seed)
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&Sha256::digest(&seed)[..16])
 }
 
 #[derive(Deserialize)]

@@ -314,59 +314,215 @@ pub fn expected_test_file(runner: TestRunner, id: &str) -> Result<String, String
     }
 }
 
-/// Every task directory (holding a task.toml) matching `pattern`: a directory, or a path whose
-/// last component may be `*` (e.g. `evals/tasks/*`, `evals/tasks/py-*`).
+/// Every task directory (one holding a task.toml) that `pattern` names, sorted: a directory, or
+/// a glob over directories (`globset` syntax: `*` and `?` within one path component, `**`
+/// across any number, `{py-*,rust-*}` alternatives, `[ab]` classes), e.g. `evals/tasks/*`,
+/// `evals/tasks/{py-*,rust-*}`, `evals/**`.
+///
+/// The walk starts at the pattern's literal prefix (`evals/tasks/` above) and goes no deeper
+/// than the pattern can reach. It does not enter a task directory (a task is a leaf: its
+/// `repo/` may be large and is never a task), a hidden directory, or a symbolic link to a
+/// directory (a loop could never end); a link that is itself a task directory still matches.
 pub fn find_tasks(pattern: &str) -> Result<Vec<PathBuf>, TaskError> {
-    let path = Path::new(pattern);
-    let (parent, last) = match (path.parent(), path.file_name().and_then(|n| n.to_str())) {
-        (Some(parent), Some(last)) if last.contains('*') => {
-            (parent.to_path_buf(), last.to_string())
-        }
-        _ => {
-            return if path.join("task.toml").is_file() {
-                Ok(vec![path.to_path_buf()])
-            } else {
-                Err(TaskError {
-                    path: path.to_path_buf(),
-                    field: None,
-                    reason:
-                        "no task.toml here; give a task directory or a pattern like evals/tasks/*"
-                            .into(),
-                })
-            };
-        }
-    };
-    let (prefix, suffix) = last.split_once('*').unwrap_or((&last, ""));
-    let entries = std::fs::read_dir(if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        &parent
-    })
-    .map_err(|e| TaskError {
-        path: parent.clone(),
+    let error = |path: &Path, reason: String| TaskError {
+        path: path.to_path_buf(),
         field: None,
-        reason: format!("cannot list: {e}"),
-    })?;
-    let mut dirs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-                n.starts_with(prefix)
-                    && n.ends_with(suffix)
-                    && n.len() >= prefix.len() + suffix.len()
-            }) && p.join("task.toml").is_file()
-        })
-        .collect();
-    dirs.sort();
-    if dirs.is_empty() {
-        return Err(TaskError {
-            path: path.to_path_buf(),
-            field: None,
-            reason: "matches no task directory".into(),
-        });
+        reason,
+    };
+    let Some(glob_at) = pattern.find(['*', '?', '[', '{']) else {
+        let path = Path::new(pattern);
+        return if path.join("task.toml").is_file() {
+            Ok(vec![path.to_path_buf()])
+        } else {
+            Err(error(
+                path,
+                "no task.toml here; give a task directory or a pattern like evals/tasks/*".into(),
+            ))
+        };
+    };
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map_err(|e| error(Path::new(pattern), format!("not a valid pattern: {e}")))?
+        .compile_matcher();
+    // The literal directory the glob starts in: up to the last `/` before the first glob
+    // character ("" for a pattern that starts with one).
+    let base = &pattern[..pattern[..glob_at].rfind('/').map_or(0, |i| i + 1)];
+    let rest = &pattern[base.len()..];
+    let max_depth = if rest.contains("**") {
+        usize::MAX
+    } else {
+        rest.matches('/').count() + 1
+    };
+    let mut found = Vec::new();
+    let mut pending = vec![(PathBuf::from(base), 0)];
+    while let Some((dir, depth)) = pending.pop() {
+        let listed = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &dir
+        };
+        let entries = match std::fs::read_dir(listed) {
+            Ok(entries) => entries,
+            // Only the starting directory must be readable; a subdirectory that is not is
+            // one the pattern cannot name a task in.
+            Err(e) if depth == 0 => return Err(error(listed, format!("cannot list: {e}"))),
+            Err(_) => continue,
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let path = dir.join(entry.file_name());
+            if path.join("task.toml").is_file() {
+                if matcher.is_match(&path) {
+                    found.push(path);
+                }
+                continue;
+            }
+            let hidden = entry.file_name().to_string_lossy().starts_with('.');
+            let real_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if real_dir && !hidden && depth + 1 < max_depth {
+                pending.push((path, depth + 1));
+            }
+        }
     }
-    Ok(dirs)
+    if found.is_empty() {
+        return Err(error(
+            Path::new(pattern),
+            "matches no task directory (a directory holding a task.toml)".into(),
+        ));
+    }
+    found.sort();
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tasks tree: four tasks, a directory without task.toml, a task one level further down
+    /// in a group, and one inside a hidden directory.
+    fn tree() -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        for task in [
+            "tasks/py-a",
+            "tasks/py-b",
+            "tasks/rust-c",
+            "tasks/safety-d",
+            "tasks/group/py-nested",
+            "tasks/.hidden/py-h",
+        ] {
+            std::fs::create_dir_all(root.path().join(task).join("repo")).unwrap();
+            std::fs::write(root.path().join(task).join("task.toml"), "").unwrap();
+        }
+        std::fs::create_dir_all(root.path().join("tasks/notes")).unwrap();
+        root
+    }
+
+    fn names(root: &Path, pattern: &str) -> Vec<String> {
+        let pattern = format!("{}/{pattern}", root.display());
+        find_tasks(&pattern)
+            .unwrap()
+            .iter()
+            .map(|p| p.strip_prefix(root).unwrap().display().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_star_matches_one_level_of_task_directories() {
+        let root = tree();
+        assert_eq!(
+            names(root.path(), "tasks/*"),
+            ["tasks/py-a", "tasks/py-b", "tasks/rust-c", "tasks/safety-d"]
+        );
+        assert_eq!(
+            names(root.path(), "tasks/py-*"),
+            ["tasks/py-a", "tasks/py-b"]
+        );
+        assert_eq!(names(root.path(), "tasks/*-c"), ["tasks/rust-c"]);
+    }
+
+    #[test]
+    fn braces_choose_among_alternatives() {
+        let root = tree();
+        assert_eq!(
+            names(root.path(), "tasks/{py-*,rust-*}"),
+            ["tasks/py-a", "tasks/py-b", "tasks/rust-c"]
+        );
+        assert_eq!(
+            names(root.path(), "tasks/{py-a,group/py-*}"),
+            ["tasks/group/py-nested", "tasks/py-a"]
+        );
+    }
+
+    #[test]
+    fn a_double_star_reaches_any_depth_but_not_into_hidden_directories() {
+        let root = tree();
+        assert_eq!(
+            names(root.path(), "**"),
+            [
+                "tasks/group/py-nested",
+                "tasks/py-a",
+                "tasks/py-b",
+                "tasks/rust-c",
+                "tasks/safety-d"
+            ]
+        );
+        assert_eq!(
+            names(root.path(), "tasks/**/py-*"),
+            ["tasks/group/py-nested", "tasks/py-a", "tasks/py-b"]
+        );
+    }
+
+    #[test]
+    fn a_pattern_that_matches_nothing_is_an_error_naming_it() {
+        let root = tree();
+        let pattern = format!("{}/tasks/go-*", root.path().display());
+        let err = find_tasks(&pattern).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{pattern}: matches no task directory (a directory holding a task.toml)")
+        );
+        let bad = format!("{}/tasks/{{py-*", root.path().display());
+        let err = find_tasks(&bad).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("{bad}: not a valid pattern")),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_directory_without_a_glob_is_taken_as_it_is() {
+        let root = tree();
+        let dir = root.path().join("tasks/py-a");
+        assert_eq!(find_tasks(&dir.display().to_string()).unwrap(), [dir]);
+        let notes = root.path().join("tasks/notes");
+        let err = find_tasks(&notes.display().to_string()).unwrap_err();
+        assert!(err.reason.starts_with("no task.toml here"), "{err}");
+    }
+
+    #[test]
+    fn the_shipped_tasks_are_found_by_the_readme_patterns() {
+        let tasks = Path::new(env!("CARGO_MANIFEST_DIR")).join("../evals/tasks");
+        let mut listed: Vec<PathBuf> = std::fs::read_dir(&tasks)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.join("task.toml").is_file())
+            .collect();
+        listed.sort();
+        assert!(listed.len() >= 10, "{listed:?}");
+        let all = find_tasks(&format!("{}/*", tasks.display())).unwrap();
+        assert_eq!(all, listed);
+        let py_and_rust = find_tasks(&format!("{}/{{py-*,rust-*}}", tasks.display())).unwrap();
+        let expected: Vec<PathBuf> = listed
+            .iter()
+            .filter(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.starts_with("py-") || name.starts_with("rust-")
+            })
+            .cloned()
+            .collect();
+        assert!(expected.len() < listed.len() && !expected.is_empty());
+        assert_eq!(py_and_rust, expected);
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 use anvil_llm::MessageBuilder;
 use anvil_llm::protocol::Protocol;
+use anvil_llm::providers::stream_state;
 use anvil_llm::sse::{SseDecoder, SseError, SseLimits};
 use divan::counter::{BytesCount, ItemsCount};
 use divan::{Bencher, black_box};
@@ -75,7 +76,7 @@ fn anthropic_pipeline(bencher: Bencher, chunk: usize) {
     let (body, events) = synthetic_response();
     bencher.counter(ItemsCount::new(events)).bench(|| {
         let mut decoder = SseDecoder::new(SseLimits::default());
-        let mut state = Protocol::Anthropic.new_state();
+        let mut state = stream_state(Protocol::Anthropic);
         let mut builder = MessageBuilder::new();
         let mut canonical = Vec::with_capacity(1024);
         for piece in body.chunks(chunk) {

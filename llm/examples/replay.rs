@@ -12,7 +12,7 @@
 use std::process::ExitCode;
 
 use anvil_llm::Protocol;
-use anvil_llm::protocol::replay_body;
+use anvil_llm::replay::replay_body;
 
 const USAGE: &str = "usage: replay --protocol <anthropic|openai-chat|openai-responses|gemini> FILE";
 

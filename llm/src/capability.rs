@@ -25,6 +25,33 @@ pub enum SchemaDialect {
     LegacySubset,
 }
 
+/// Which field carries the output-token limit on OpenAI Chat. OpenAI's current models want
+/// `max_completion_tokens`; most compatible servers only know `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaxTokensField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl MaxTokensField {
+    /// `max_completion_tokens` for OpenAI itself, `max_tokens` for everyone else.
+    pub fn default_for(base_url: &str) -> Self {
+        if base_url.contains("api.openai.com") {
+            MaxTokensField::MaxCompletionTokens
+        } else {
+            MaxTokensField::MaxTokens
+        }
+    }
+
+    pub fn key(self) -> &'static str {
+        match self {
+            MaxTokensField::MaxTokens => "max_tokens",
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+}
+
 /// One target's capabilities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
@@ -44,7 +71,7 @@ impl Capabilities {
             Protocol::Anthropic => Capabilities {
                 images: true,
                 schema: SchemaDialect::FullJsonSchema,
-                replays_reasoning_of: Some(crate::providers::anthropic::META_PROVIDER),
+                replays_reasoning_of: Some(Protocol::Anthropic.meta_provider()),
                 max_tokens_field: "max_tokens",
                 temperature: true,
             },
@@ -58,14 +85,14 @@ impl Capabilities {
             Protocol::OpenaiResponses => Capabilities {
                 images: true,
                 schema: SchemaDialect::FullJsonSchema,
-                replays_reasoning_of: Some(crate::providers::openai_responses::META_PROVIDER),
+                replays_reasoning_of: Some(Protocol::OpenaiResponses.meta_provider()),
                 max_tokens_field: "max_output_tokens",
                 temperature: true,
             },
             Protocol::Gemini => Capabilities {
                 images: true,
                 schema: SchemaDialect::FullJsonSchema,
-                replays_reasoning_of: Some(crate::providers::gemini::META_PROVIDER),
+                replays_reasoning_of: Some(Protocol::Gemini.meta_provider()),
                 max_tokens_field: "maxOutputTokens",
                 temperature: true,
             },

@@ -23,10 +23,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::capability::{Capabilities, SchemaDialect};
+use crate::capability::{Capabilities, MaxTokensField, SchemaDialect};
 use crate::error::LlmError;
 use crate::protocol::Protocol;
-use crate::providers::openai_chat::MaxTokensField;
 
 /// One `[providers.NAME]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,15 +52,11 @@ pub struct ProviderConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_cache_key: Option<bool>,
     /// The longest one model request may take in all, from sending it to the end of the
-    /// response, in seconds (default [`DEFAULT_REQUEST_DEADLINE_SECS`]). Unlike the idle
-    /// deadline, keepalive comments and empty deltas do not reset it.
+    /// response, in seconds (default [`crate::http::DEFAULT_REQUEST_DEADLINE_SECS`]). Unlike
+    /// the idle deadline, keepalive comments and empty deltas do not reset it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_deadline_secs: Option<u64>,
 }
-
-/// A model request's total deadline when config says nothing: 10 minutes, room for a long
-/// response with extended reasoning.
-pub const DEFAULT_REQUEST_DEADLINE_SECS: u64 = 600;
 
 impl ProviderConfig {
     /// The capability table entry for this provider, with its overrides applied.
@@ -89,17 +84,8 @@ impl ProviderConfig {
     pub fn effective_base_url(&self) -> String {
         match &self.base_url {
             Some(url) => url.trim_end_matches('/').to_string(),
-            None => default_base_url(self.kind).to_string(),
+            None => self.kind.default_base_url().to_string(),
         }
-    }
-}
-
-pub fn default_base_url(kind: Protocol) -> &'static str {
-    match kind {
-        Protocol::Anthropic => crate::providers::anthropic::DEFAULT_BASE_URL,
-        Protocol::OpenaiChat => crate::providers::openai_chat::DEFAULT_BASE_URL,
-        Protocol::OpenaiResponses => crate::providers::openai_responses::DEFAULT_BASE_URL,
-        Protocol::Gemini => crate::providers::gemini::DEFAULT_BASE_URL,
     }
 }
 
@@ -280,18 +266,8 @@ impl ConfigFile {
             serde_json::to_string(&(&self.providers, &self.permissions.allow, &pricing))
         }
         .unwrap_or_default();
-        hex(&Sha256::digest(canonical.as_bytes()))
+        hex::encode(Sha256::digest(canonical.as_bytes()))
     }
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
 }
 
 /// Where a merged key came from.
@@ -602,7 +578,7 @@ impl Config {
         BUILT_IN_CREDENTIALS
             .iter()
             .filter_map(|(env, kind)| {
-                let url = url::Url::parse(default_base_url(*kind)).ok()?;
+                let url = url::Url::parse(kind.default_base_url()).ok()?;
                 Some((env.to_string(), url.origin().ascii_serialization()))
             })
             .collect()
@@ -879,7 +855,7 @@ model = "qwen3:8b"
         let before = serde_json::to_string(&(&plain.providers, &plain.permissions.allow)).unwrap();
         assert_eq!(
             plain.trusted_digest(),
-            hex(&Sha256::digest(before.as_bytes()))
+            hex::encode(Sha256::digest(before.as_bytes()))
         );
     }
 

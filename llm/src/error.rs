@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::text::Limit;
+
 /// The most of an error body kept in [`LlmError::Http`]; error bodies are for people, and a
 /// proxy that answers with a whole HTML page must not fill memory or logs.
 const MAX_ERROR_BODY: usize = 8 * 1024;
@@ -126,11 +128,14 @@ fn summarize_body(body: &str) -> String {
     if text.is_empty() {
         return "(empty body)".into();
     }
-    match text.char_indices().nth(500) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text,
-    }
+    Limit::chars(MAX_SHOWN_BODY_CHARS)
+        .apply(&text)
+        .with_marker("…")
+        .into_owned()
 }
+
+/// How much of an error body an error message shows.
+const MAX_SHOWN_BODY_CHARS: usize = 500;
 
 /// Turns a non-2xx response into [`LlmError::Http`], reading a bounded amount of the body and
 /// the `retry-after` (seconds) or `retry-after-ms` header.
@@ -212,6 +217,25 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "HTTP 401 from the provider: invalid x-api-key"
+        );
+    }
+
+    #[test]
+    fn a_long_error_body_is_shown_cut_at_500_characters() {
+        let body = |text: String| LlmError::Http {
+            status: 502,
+            body: text,
+            retry_after: None,
+        };
+        let shown = body("é".repeat(600)).to_string();
+        assert_eq!(
+            shown,
+            format!("HTTP 502 from the provider: {}…", "é".repeat(500))
+        );
+        let exact = body("x".repeat(500)).to_string();
+        assert_eq!(
+            exact,
+            format!("HTTP 502 from the provider: {}", "x".repeat(500))
         );
     }
 

@@ -9,12 +9,15 @@ use futures::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use crate::cap::{DEFAULT_MAX_RESPONSE_BYTES, ResponseCap};
-use crate::capability::Capabilities;
-use crate::config::DEFAULT_REQUEST_DEADLINE_SECS;
+use crate::capability::{Capabilities, MaxTokensField};
 use crate::error::{LlmError, check_status};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::EventStream;
 use crate::sse::{SseDecoder, SseLimits};
+
+/// A model request's total deadline when config says nothing: 10 minutes, room for a long
+/// response with extended reasoning.
+pub const DEFAULT_REQUEST_DEADLINE_SECS: u64 = 600;
 
 /// Deadlines and limits for one streaming request. Every wait is finite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +91,7 @@ impl Endpoint {
     pub fn set_base_url(&mut self, base_url: &str) {
         self.base_url = base_url.trim_end_matches('/').to_string();
         if self.protocol == Protocol::OpenaiChat {
-            self.caps.max_tokens_field =
-                crate::providers::openai_chat::MaxTokensField::default_for(&self.base_url).key();
+            self.caps.max_tokens_field = MaxTokensField::default_for(&self.base_url).key();
         }
     }
 
@@ -251,6 +253,7 @@ where
 mod tests {
     use super::*;
     use crate::protocol::Protocol;
+    use crate::providers::stream_state;
     use crate::stream::StreamEvent;
 
     fn chunk(s: &'static str) -> Result<Bytes, LlmError> {
@@ -282,7 +285,7 @@ mod tests {
             ..idle(30)
         };
         let started = Instant::now();
-        let stream = decode_stream(body, Protocol::OpenaiChat.new_state(), &options, started);
+        let stream = decode_stream(body, stream_state(Protocol::OpenaiChat), &options, started);
         let err = crate::builder::collect(stream).await.unwrap_err();
         assert!(
             matches!(err, LlmError::DeadlineExceeded { deadline } if deadline == Duration::from_secs(60)),
@@ -306,7 +309,7 @@ mod tests {
         };
         let stream = decode_stream(
             body,
-            Protocol::OpenaiChat.new_state(),
+            stream_state(Protocol::OpenaiChat),
             &options,
             Instant::now(),
         );
@@ -327,7 +330,7 @@ mod tests {
         };
         let stream = decode_stream(
             body,
-            Protocol::OpenaiChat.new_state(),
+            stream_state(Protocol::OpenaiChat),
             &options,
             Instant::now(),
         );
@@ -344,7 +347,7 @@ mod tests {
             "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"hi\"}}\n\n",
         )])
         .chain(futures::stream::pending());
-        let state = Protocol::Anthropic.new_state();
+        let state = stream_state(Protocol::Anthropic);
         let started = tokio::time::Instant::now();
         let mut events = decode_stream(body, state, &idle(30), Instant::now());
         assert_eq!(
@@ -369,7 +372,7 @@ mod tests {
             }
             yield chunk("data: [DONE]\n\n");
         };
-        let state = Protocol::OpenaiChat.new_state();
+        let state = stream_state(Protocol::OpenaiChat);
         let stream = decode_stream(body, state, &idle(30), Instant::now());
         let c = crate::builder::collect(stream).await.unwrap();
         assert_eq!(c.message.text(), "xxxxx");
@@ -385,7 +388,7 @@ mod tests {
             },
             ..idle(1)
         };
-        let state = Protocol::OpenaiChat.new_state();
+        let state = stream_state(Protocol::OpenaiChat);
         let mut events = decode_stream(body, state, &options, Instant::now());
         assert!(matches!(
             events.next().await.unwrap(),

@@ -21,7 +21,7 @@ pub mod handoff;
 pub mod http;
 /// Transcript integrity: the invariant every request satisfies.
 pub mod integrity;
-/// Wire protocols, the StreamState trait and in-memory replay.
+/// Wire protocols: names, endpoints and the StreamState trait.
 pub mod protocol;
 /// The Provider trait and EventStream.
 pub mod provider;
@@ -29,6 +29,8 @@ pub mod provider;
 pub mod providers;
 /// Resolving a model alias into a ready provider.
 pub mod registry;
+/// Replaying a recorded response body in memory.
+pub mod replay;
 /// The retry decorator.
 pub mod retry;
 /// Tool schemas for targets that cannot take full JSON Schema.
@@ -40,6 +42,8 @@ pub mod stream;
 /// ScriptedProvider, the test double for the model.
 #[cfg(feature = "testing")]
 pub mod testing;
+/// Cutting text to a length without splitting a character.
+pub mod text;
 /// The canonical model: messages, content blocks, tool specs, requests.
 pub mod types;
 

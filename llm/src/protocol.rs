@@ -1,15 +1,15 @@
-//! Wire protocols and their sans-IO stream states.
+//! Wire protocols: what each one is called, where it is served, and the [`StreamState`] every
+//! adapter implements.
 //!
-//! Every adapter has a [`StreamState`]: a pure state machine that turns one decoded SSE event
-//! into canonical [`StreamEvent`]s. The same machine serves live HTTP streams, recorded bodies
-//! ([`replay_body`]) and benchmarks.
+//! This module sits below the adapters (`providers/`), the capability table, config and the
+//! HTTP glue, and imports none of them: facts about a protocol that those modules share (its
+//! public endpoint, the tag on its provider-specific state) live here, so no two of them need
+//! each other. The adapters' stream states are built by [`crate::providers::stream_state`].
 
 use serde::{Deserialize, Serialize};
 
-use crate::builder::{Completion, MessageBuilder};
 use crate::error::LlmError;
-use crate::providers::{anthropic, gemini, openai_chat, openai_responses};
-use crate::sse::{SseDecoder, SseEventRef, SseLimits};
+use crate::sse::SseEventRef;
 use crate::stream::StreamEvent;
 
 /// A wire protocol. Also the `kind` of a provider in config.
@@ -31,7 +31,7 @@ impl Protocol {
     ];
 
     /// The name used in config and on the command line.
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Protocol::Anthropic => "anthropic",
             Protocol::OpenaiChat => "openai-chat",
@@ -44,16 +44,20 @@ impl Protocol {
         Protocol::ALL.into_iter().find(|p| p.as_str() == name)
     }
 
-    /// A fresh stream state for one response.
-    pub fn new_state(self) -> Box<dyn StreamState> {
+    /// The public endpoint, used when config names no `base_url`.
+    pub const fn default_base_url(self) -> &'static str {
         match self {
-            Protocol::Anthropic => Box::new(anthropic::AnthropicStreamState::default()),
-            Protocol::OpenaiChat => Box::new(openai_chat::ChatStreamState::default()),
-            Protocol::OpenaiResponses => {
-                Box::new(openai_responses::ResponsesStreamState::default())
-            }
-            Protocol::Gemini => Box::new(gemini::GeminiStreamState::default()),
+            Protocol::Anthropic => "https://api.anthropic.com",
+            Protocol::OpenaiChat | Protocol::OpenaiResponses => "https://api.openai.com/v1",
+            Protocol::Gemini => "https://generativelanguage.googleapis.com/v1beta",
         }
+    }
+
+    /// The tag (`ProviderMeta::provider`) this protocol's adapter puts on the provider-specific
+    /// state it returns, such as signed reasoning: the protocol's name. Stored transcripts carry
+    /// it, so changing it would make their reasoning unreplayable.
+    pub const fn meta_provider(self) -> &'static str {
+        self.as_str()
     }
 }
 
@@ -75,33 +79,6 @@ pub trait StreamState: Send {
     /// The body ended. Emits whatever the protocol defers to the end (a held finish); emits
     /// nothing when the response was cut short, so the builder reports `UnexpectedEof`.
     fn on_end(&mut self, out: &mut Vec<StreamEvent>) -> Result<(), LlmError>;
-}
-
-/// Runs a recorded response body through decoder → stream state → builder, in memory.
-pub fn replay_body(protocol: Protocol, body: &[u8]) -> Result<Completion, LlmError> {
-    replay_chunks(protocol, std::iter::once(body))
-}
-
-/// Like [`replay_body`], with the body arriving in the given chunks.
-pub fn replay_chunks<'a>(
-    protocol: Protocol,
-    chunks: impl IntoIterator<Item = &'a [u8]>,
-) -> Result<Completion, LlmError> {
-    let mut decoder = SseDecoder::new(SseLimits::default());
-    let mut state = protocol.new_state();
-    let mut builder = MessageBuilder::new();
-    let mut events = Vec::new();
-    for chunk in chunks {
-        decoder.feed(chunk, &mut |e| state.on_sse(e, &mut events))?;
-        for e in events.drain(..) {
-            builder.push(&e)?;
-        }
-    }
-    state.on_end(&mut events)?;
-    for e in events.drain(..) {
-        builder.push(&e)?;
-    }
-    builder.finish()
 }
 
 /// Feeding SSE data payloads straight into a stream state, for the adapters' unit tests.

@@ -10,17 +10,15 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::capability::{Capabilities, SchemaDialect};
-use crate::config::{
-    Config, DEFAULT_REQUEST_DEADLINE_SECS, ModelConfig, Pricing, ProviderConfig, hex,
-};
+use crate::capability::{Capabilities, MaxTokensField, SchemaDialect};
+use crate::config::{Config, ModelConfig, Pricing, ProviderConfig};
 use crate::error::LlmError;
-use crate::http::HttpOptions;
+use crate::http::{DEFAULT_REQUEST_DEADLINE_SECS, HttpOptions};
 use crate::protocol::Protocol;
 use crate::provider::Provider;
 use crate::providers::anthropic::Anthropic;
 use crate::providers::gemini::Gemini;
-use crate::providers::openai_chat::{MaxTokensField, OpenAiChat};
+use crate::providers::openai_chat::OpenAiChat;
 use crate::providers::openai_responses::OpenAiResponses;
 use crate::retry::{Retry, RetryPolicy};
 
@@ -117,7 +115,7 @@ impl PinnedModel {
             "max_output_tokens": self.max_output_tokens,
             "pricing": self.pricing,
         });
-        hex(&Sha256::digest(identity.to_string().as_bytes()))
+        hex::encode(Sha256::digest(identity.to_string().as_bytes()))
     }
 
     /// What differs from `old`, one entry per field: `provider.base_url "a" → "b"`.

@@ -7,8 +7,8 @@
 mod support;
 
 use anvil_llm::capability::Capabilities;
-use anvil_llm::protocol::{replay_body, replay_chunks};
 use anvil_llm::providers::{gemini, openai_responses};
+use anvil_llm::replay::{replay_body, replay_chunks};
 use anvil_llm::{
     ChatRequest, Completion, ContentBlock, FinishReason, LlmError, Message, Protocol, Role, Tail,
     Usage, validate_transcript,

@@ -3,6 +3,7 @@
 use std::io::Read;
 use std::sync::Arc;
 
+use anvil_llm::text::Limit;
 use globset::GlobBuilder;
 use regex::RegexBuilder;
 use schemars::JsonSchema;
@@ -132,8 +133,12 @@ impl TypedTool for GrepTool {
                                     more_lines = true;
                                     break;
                                 }
-                                let line: String = line.chars().take(MAX_LINE_CHARS).collect();
-                                lines.push(format!("{shown}:{}:{line}", i + 1));
+                                let line = Limit::chars(MAX_LINE_CHARS).apply(line);
+                                lines.push(format!(
+                                    "{shown}:{}:{}",
+                                    i + 1,
+                                    line.with_marker("")
+                                ));
                             }
                         }
                     }

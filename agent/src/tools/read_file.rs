@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use anvil_llm::text::Limit;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -94,12 +95,11 @@ impl TypedTool for ReadFile {
         for (i, line) in text.lines().enumerate().skip(offset - 1).take(limit) {
             let line = line.strip_suffix('\r').unwrap_or(line);
             out.push_str(&format!("{:>6}\t", i + 1));
-            if line.chars().count() > MAX_LINE_CHARS {
-                out.extend(line.chars().take(MAX_LINE_CHARS));
-                out.push_str(" [… line cut]");
-            } else {
-                out.push_str(line);
-            }
+            out.push_str(
+                &Limit::chars(MAX_LINE_CHARS)
+                    .apply(line)
+                    .with_marker(" [… line cut]"),
+            );
             out.push('\n');
         }
         let last = (offset - 1 + limit).min(total);

@@ -15,9 +15,9 @@ use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
 use crate::types::{ChatRequest, ContentBlock, Message, ProviderMeta, Role};
 
-/// The provider name written into [`ProviderMeta`] for Anthropic signatures.
-pub const META_PROVIDER: &str = "anthropic";
-pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The provider name written into [`ProviderMeta`] for Anthropic signatures (see
+/// [`Protocol::meta_provider`]).
+pub const META_PROVIDER: &str = Protocol::Anthropic.meta_provider();
 const API_VERSION: &str = "2023-06-01";
 
 /// The request body for `POST /v1/messages`.
@@ -435,7 +435,11 @@ pub struct Anthropic {
 impl Anthropic {
     pub fn new(api_key: impl Into<String>) -> Result<Self, LlmError> {
         Ok(Self {
-            endpoint: Endpoint::new(Protocol::Anthropic, "anthropic", DEFAULT_BASE_URL)?,
+            endpoint: Endpoint::new(
+                Protocol::Anthropic,
+                "anthropic",
+                Protocol::Anthropic.default_base_url(),
+            )?,
             api_key: api_key.into(),
         })
     }

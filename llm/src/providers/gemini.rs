@@ -17,15 +17,15 @@ use serde_json::{Map, Value, json};
 use crate::capability::{Capabilities, IMAGE_OMITTED, SchemaDialect};
 use crate::error::LlmError;
 use crate::http::{Endpoint, endpoint_builders, send_streaming};
-use crate::protocol::StreamState;
+use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::schema::legacy_schema;
 use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
 use crate::types::{ChatRequest, ContentBlock, Message, ProviderMeta, Role};
 
-pub const META_PROVIDER: &str = "gemini";
-pub const DEFAULT_BASE_URL: &str = "https://generativelanguage.googleapis.com/v1beta";
+/// The tag on the provider-specific state this adapter returns (see [`Protocol::meta_provider`]).
+pub const META_PROVIDER: &str = Protocol::Gemini.meta_provider();
 /// Google's documented placeholder for a function call that Gemini did not produce.
 pub const SIGNATURE_BYPASS: &str = "skip_thought_signature_validator";
 
@@ -578,9 +578,9 @@ impl Gemini {
     pub fn new(api_key: impl Into<String>) -> Result<Self, LlmError> {
         Ok(Self {
             endpoint: Endpoint::new(
-                crate::protocol::Protocol::Gemini,
+                Protocol::Gemini,
                 "gemini",
-                DEFAULT_BASE_URL,
+                Protocol::Gemini.default_base_url(),
             )?,
             api_key: api_key.into(),
         })
@@ -619,7 +619,6 @@ impl Provider for Gemini {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Protocol;
 
     fn run(chunks: &[&str]) -> Result<crate::builder::Completion, LlmError> {
         crate::protocol::test_support::complete(&mut GeminiStreamState::default(), chunks)

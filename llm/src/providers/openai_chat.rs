@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::capability::{Capabilities, IMAGE_OMITTED};
+use crate::capability::{Capabilities, IMAGE_OMITTED, MaxTokensField};
 use crate::error::LlmError;
 use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::{Protocol, StreamState};
@@ -15,35 +15,6 @@ use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
 use crate::types::{ChatRequest, ContentBlock, Message, Role};
-
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
-
-/// Which field carries the output-token limit. OpenAI's current models want
-/// `max_completion_tokens`; most compatible servers only know `max_tokens`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MaxTokensField {
-    MaxTokens,
-    MaxCompletionTokens,
-}
-
-impl MaxTokensField {
-    /// `max_completion_tokens` for OpenAI itself, `max_tokens` for everyone else.
-    pub fn default_for(base_url: &str) -> Self {
-        if base_url.contains("api.openai.com") {
-            MaxTokensField::MaxCompletionTokens
-        } else {
-            MaxTokensField::MaxTokens
-        }
-    }
-
-    pub fn key(self) -> &'static str {
-        match self {
-            MaxTokensField::MaxTokens => "max_tokens",
-            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
-        }
-    }
-}
 
 /// The request body for `POST {base}/chat/completions`.
 pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
@@ -459,7 +430,11 @@ impl OpenAiChat {
     /// `api_key: None` sends no `Authorization` header (local servers).
     pub fn new(api_key: Option<String>) -> Result<Self, LlmError> {
         Ok(Self {
-            endpoint: Endpoint::new(Protocol::OpenaiChat, "openai", DEFAULT_BASE_URL)?,
+            endpoint: Endpoint::new(
+                Protocol::OpenaiChat,
+                "openai",
+                Protocol::OpenaiChat.default_base_url(),
+            )?,
             api_key,
         })
     }
@@ -621,9 +596,14 @@ mod tests {
     fn max_tokens_field_follows_the_target() {
         let req = ChatRequest::default();
         assert!(
-            to_wire(&req, &caps(MaxTokensField::default_for(DEFAULT_BASE_URL)))
-                .get("max_completion_tokens")
-                .is_some()
+            to_wire(
+                &req,
+                &caps(MaxTokensField::default_for(
+                    Protocol::OpenaiChat.default_base_url()
+                ))
+            )
+            .get("max_completion_tokens")
+            .is_some()
         );
         assert!(
             to_wire(

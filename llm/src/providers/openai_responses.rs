@@ -14,14 +14,14 @@ use serde_json::{Map, Value, json};
 use crate::capability::{Capabilities, IMAGE_OMITTED};
 use crate::error::LlmError;
 use crate::http::{Endpoint, endpoint_builders, send_streaming};
-use crate::protocol::StreamState;
+use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
 use crate::stream::{FinishReason, StreamEvent, Usage};
 use crate::types::{ChatRequest, ContentBlock, ProviderMeta, Role};
 
-pub const META_PROVIDER: &str = "openai-responses";
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The tag on the provider-specific state this adapter returns (see [`Protocol::meta_provider`]).
+pub const META_PROVIDER: &str = Protocol::OpenaiResponses.meta_provider();
 
 /// The request body for `POST {base}/responses`.
 pub fn to_wire(req: &ChatRequest, caps: &Capabilities) -> Value {
@@ -427,9 +427,9 @@ impl OpenAiResponses {
     pub fn new(api_key: Option<String>) -> Result<Self, LlmError> {
         Ok(Self {
             endpoint: Endpoint::new(
-                crate::protocol::Protocol::OpenaiResponses,
+                Protocol::OpenaiResponses,
                 "openai",
-                DEFAULT_BASE_URL,
+                Protocol::OpenaiResponses.default_base_url(),
             )?,
             api_key,
         })
@@ -466,7 +466,6 @@ impl Provider for OpenAiResponses {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::Protocol;
 
     fn run(events: &[&str]) -> Result<crate::builder::Completion, LlmError> {
         crate::protocol::test_support::complete(&mut ResponsesStreamState::default(), events)

@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 
 use anvil_agent::{AgentEvent, TurnOutcome};
 use anvil_llm::Usage;
+use anvil_llm::text::ellipsize;
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -63,16 +64,7 @@ pub fn call_line(name: &str, args: &Value) -> String {
         None => args.to_string(),
     };
     let one_line = format!("{name}({})", inner.replace(['\n', '\r'], " "));
-    shorten(&one_line, CALL_LINE_CHARS)
-}
-
-fn shorten(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
-    out.push('…');
-    out
+    ellipsize(&one_line, CALL_LINE_CHARS).into_owned()
 }
 
 pub fn usage_line(usage: &Usage, steps: u32) -> String {
@@ -178,7 +170,7 @@ impl<W: Write> Renderer<W> {
                 let lines: Vec<&str> = preview.lines().take(PREVIEW_LINES).collect();
                 for (i, line) in lines.iter().enumerate() {
                     let prefix = if i == 0 { "  ⎿ " } else { "    " };
-                    let text = format!("{prefix}{}", shorten(line, 120));
+                    let text = format!("{prefix}{}", ellipsize(line, 120));
                     let _ = writeln!(out, "{}", if is_error { style.red(&text) } else { text });
                 }
                 if preview.lines().count() > PREVIEW_LINES {

@@ -63,8 +63,7 @@ pub fn workspace(cli: &Cli) -> Result<PathBuf, SetupError> {
 /// A stable key per workspace, so OpenAI routes a project's requests to the same cache.
 fn prompt_cache_key(cwd: &Path) -> String {
     let digest = Sha256::digest(cwd.as_os_str().as_encoded_bytes());
-    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    format!("anvil-{hex}")
+    format!("anvil-{}", hex::encode(&digest[..8]))
 }
 
 /// The permission policy: `--permission-mode` plus the rules of the config files. A rule that

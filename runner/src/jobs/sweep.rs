@@ -136,8 +136,7 @@ impl SweepSpec {
             "model_configs": self.model_configs,
             "trials": self.trials,
         });
-        let hash = Sha256::digest(identity.to_string().as_bytes());
-        hash.iter().map(|b| format!("{b:02x}")).collect()
+        hex::encode(Sha256::digest(identity.to_string().as_bytes()))
     }
 
     /// Why `self` is not the sweep `stored` was started with, in words.
