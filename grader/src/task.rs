@@ -523,11 +523,6 @@ mod tests {
         assert!(expected.len() < listed.len() && !expected.is_empty());
         assert_eq!(py_and_rust, expected);
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
 
     /// A minimal valid task whose task.toml says `permission_mode = {mode}`.
     fn task_with_mode(root: &Path, mode: &str) -> PathBuf {
