@@ -22,7 +22,7 @@ mod watch;
 pub use db::Db;
 pub(crate) use db::on_pool;
 pub use job::{QUEUE_NAME, TrialJob, enqueue};
-pub(crate) use job::{jobs_table, on_storage};
+pub(crate) use job::{jobs_table, on_storage, schedule_retry};
 pub use location::{DEFAULT_FILE, QueueLocation};
 pub use store::{
     Counts, RunningTrial, SweepRow, SweepStart, TrialKey, TrialState, WorkerRow, now_ms,
