@@ -449,12 +449,13 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
             if sweeps.is_empty() {
                 out!("no sweeps yet");
             }
-            for (id, created, cancelled) in sweeps.iter().take(20) {
+            for sweep in sweeps.iter().take(20) {
                 out!(
-                    "sweep {id}{} (started {}): {}",
-                    if *cancelled { " (cancelled)" } else { "" },
-                    age(*created),
-                    counts_line(&db.counts(id).await?)
+                    "sweep {}{} (started {}): {}",
+                    sweep.id,
+                    if sweep.cancelled { " (cancelled)" } else { "" },
+                    age(sweep.created_at_ms),
+                    counts_line(&db.counts(&sweep.id).await?)
                 );
             }
         }

@@ -98,14 +98,14 @@ async fn existing_keys(
         "SELECT idempotency_key FROM {} WHERE job_type = $1 AND substr(idempotency_key, 1, $3) = $2",
         jobs_table(db)
     ));
-    let rows: Vec<(Option<String>,)> = on_pool!(db, pool => sqlx::query_as(sql)
+    let keys: Vec<Option<String>> = on_pool!(db, pool => sqlx::query_scalar(sql)
         .bind(QUEUE_NAME)
         .bind(&prefix)
         .bind(chars)
         .fetch_all(pool)
         .await)
     .map_err(QueueError::sql("reading the queued jobs"))?;
-    Ok(rows.into_iter().filter_map(|(k,)| k).collect())
+    Ok(keys.into_iter().flatten().collect())
 }
 
 /// Pushes one job per key. `max_attempts` is the only retry limit: the worker's handler turns

@@ -25,7 +25,8 @@ pub use job::{QUEUE_NAME, TrialJob, enqueue};
 pub(crate) use job::{jobs_table, on_storage, schedule_retry};
 pub use location::{DEFAULT_FILE, QueueLocation};
 pub use store::{
-    Counts, RunningTrial, SweepRow, SweepStart, TrialKey, TrialState, WorkerRow, now_ms,
+    Counts, RunningTrial, SweepRow, SweepStart, SweepSummary, TrialKey, TrialState, WorkerRow,
+    now_ms,
 };
 pub use watch::{CHECK_TIMEOUT, DbWatch};
 
