@@ -304,31 +304,14 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
 
 /// A new sweep id: `sweep-YYYYMMDD-HHMMSS-xxxx` (UTC).
 pub fn new_sweep_id() -> String {
-    let secs = queue::now_ms() / 1000;
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let rem = secs.rem_euclid(86_400);
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    format!(
-        "sweep-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        &suffix[..4]
-    )
+    sweep_id_at(jiff::Timestamp::now(), &suffix[..4])
 }
 
-/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
+/// The sweep id for time `at` and a random `suffix`. The format is stable: ids already in
+/// queue databases and in users' scripts look like this.
+fn sweep_id_at(at: jiff::Timestamp, suffix: &str) -> String {
+    format!("sweep-{}-{suffix}", at.strftime("%Y%m%d-%H%M%S"))
 }
 
 #[cfg(test)]
@@ -337,9 +320,15 @@ mod tests {
 
     #[test]
     fn dates_are_civil() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_787), (2026, 11, 30));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        let at = |days: i64, secs: i64| {
+            sweep_id_at(
+                jiff::Timestamp::from_second(days * 86_400 + secs).unwrap(),
+                "ab12",
+            )
+        };
+        assert_eq!(at(0, 0), "sweep-19700101-000000-ab12");
+        assert_eq!(at(20_787, 43_200), "sweep-20261130-120000-ab12");
+        assert_eq!(at(11_016, 86_399), "sweep-20000229-235959-ab12");
     }
 
     #[test]
