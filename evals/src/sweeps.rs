@@ -23,7 +23,8 @@ pub struct WorkerArgs {
     /// Trials run at once by this process.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
-    /// Keep each trial's workspace (its path is recorded as the record's session_path).
+    /// Keep each trial's workspace (its path is recorded as the record's session_path) until
+    /// you remove it: see `anvil-evals workspaces`.
     #[arg(long)]
     pub keep_workspaces: bool,
     /// Where workspaces are made (default: the system temp dir).
@@ -46,6 +47,11 @@ pub struct WorkerArgs {
     /// Grade without any sandbox, on a machine where none can work (each record says so).
     #[arg(long)]
     pub unsandboxed_grading: bool,
+}
+
+/// Where workers make workspaces when `--workspaces` is not given.
+pub fn default_workspaces() -> PathBuf {
+    std::env::temp_dir().join("anvil-trials")
 }
 
 /// `value` seconds, more than zero; `flag` names the option in the error.
@@ -96,10 +102,7 @@ impl WorkerArgs {
         TrialOptions {
             hidden,
             anvil: self.anvil.clone().unwrap_or_else(TrialOptions::find_anvil),
-            workspaces: self
-                .workspaces
-                .clone()
-                .unwrap_or_else(|| std::env::temp_dir().join("anvil-trials")),
+            workspaces: self.workspaces.clone().unwrap_or_else(default_workspaces),
             keep_workspaces: self.keep_workspaces,
             grade: GradeOptions {
                 unsandboxed: self.unsandboxed_grading,

@@ -289,7 +289,7 @@ impl AgentTrials {
             Ok(AgentRun::Cancelled) => return TrialEnd::Cancelled,
             Ok(AgentRun::Finished(run)) => run,
             Err(reason) => {
-                let reason = keep_note(reason, &ws, self.options.keep_workspaces);
+                let reason = self.keep_after_failure(reason, ws);
                 return Self::infra(job, attempt, digests, reason);
             }
         };
@@ -340,6 +340,16 @@ impl AgentTrials {
         record.pass = Some(pass);
         record.check_outcome = Some(outcome);
         TrialEnd::Graded(record)
+    }
+
+    /// With `--keep-workspaces`, keeps the workspace of a trial that failed and names it in
+    /// `reason`; otherwise removes it.
+    fn keep_after_failure(&self, reason: String, ws: workspace::Workspace) -> String {
+        if self.options.keep_workspaces {
+            format!("{reason} (workspace: {})", ws.keep().display())
+        } else {
+            reason
+        }
     }
 
     /// Writes the child's [`TrialConfig`] beside the workspace (in the trial's private
@@ -496,14 +506,6 @@ impl AgentTrials {
             cost_usd: result.cost_usd,
             accounting: result.accounting,
         }))
-    }
-}
-
-fn keep_note(reason: String, ws: &workspace::Workspace, keep: bool) -> String {
-    if keep {
-        format!("{reason} (workspace: {})", ws.path().display())
-    } else {
-        reason
     }
 }
 
