@@ -55,14 +55,71 @@ impl SweepModel {
     }
 }
 
+/// Why a sweep cannot be planned, started or read back: one variant per condition, each with
+/// the values that were wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    #[error("{0}")]
+    #[error(transparent)]
     Task(#[from] anvil_grader::TaskError),
-    #[error("{0}")]
-    Invalid(String),
+    #[error("--trials must be at least 1")]
+    NoTrials,
+    #[error("--max-attempts must be at least 1")]
+    NoAttempts,
+    #[error("--models names no model")]
+    NoModels,
+    #[error("--models has an empty name")]
+    EmptyModelName,
+    #[error("--models names '{model}' twice")]
+    DuplicateModel { model: String },
+    #[error("no task matches '{pattern}'")]
+    NoTaskMatches { pattern: String },
+    #[error("{}: cannot digest the task: {source}", dir.display())]
+    Digest {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot store the spec of sweep {sweep}: {source}")]
+    StoreSpec {
+        sweep: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "sweep {sweep}: its stored spec cannot be read ({source}); was it written by a newer anvil?"
+    )]
+    UnreadableSpec {
+        sweep: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "sweep {sweep} already exists with different tasks or settings ({difference}); resume it \
+         with the same tasks, models and trials, or start a new sweep with another --sweep id"
+    )]
+    Changed { sweep: String, difference: String },
+    #[error("sweep {sweep} was cancelled; start a new sweep with another --sweep id")]
+    Cancelled { sweep: String },
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+/// Why a model of a sweep cannot be run as pinned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinnedError {
+    #[error(
+        "model {model} has no pinned config in this sweep (started by an older anvil?); \
+         start a new sweep"
+    )]
+    NotPinned { model: String },
+    #[error(
+        "model {model}'s pinned config does not match its recorded digest ({digest} instead of {recorded})"
+    )]
+    DigestMismatch {
+        model: String,
+        digest: String,
+        recorded: String,
+    },
 }
 
 impl SweepSpec {
@@ -77,37 +134,38 @@ impl SweepSpec {
         let pinned = models;
         let models: Vec<String> = pinned.iter().map(|m| m.name.clone()).collect();
         if trials == 0 {
-            return Err(SweepError::Invalid("--trials must be at least 1".into()));
+            return Err(SweepError::NoTrials);
         }
         if max_attempts == 0 {
-            return Err(SweepError::Invalid(
-                "--max-attempts must be at least 1".into(),
-            ));
+            return Err(SweepError::NoAttempts);
         }
         let mut seen = std::collections::BTreeSet::new();
         for model in &models {
             if model.trim().is_empty() {
-                return Err(SweepError::Invalid("--models has an empty name".into()));
+                return Err(SweepError::EmptyModelName);
             }
             if !seen.insert(model.clone()) {
-                return Err(SweepError::Invalid(format!(
-                    "--models names '{model}' twice"
-                )));
+                return Err(SweepError::DuplicateModel {
+                    model: model.clone(),
+                });
             }
         }
         if models.is_empty() {
-            return Err(SweepError::Invalid("--models names no model".into()));
+            return Err(SweepError::NoModels);
         }
         let dirs = find_tasks(pattern)?;
         if dirs.is_empty() {
-            return Err(SweepError::Invalid(format!("no task matches '{pattern}'")));
+            return Err(SweepError::NoTaskMatches {
+                pattern: pattern.to_string(),
+            });
         }
         let mut tasks = Vec::new();
         for dir in dirs {
             let task = Task::load(&dir)?;
             let dir = std::fs::canonicalize(&task.dir).unwrap_or(task.dir.clone());
-            let digests = digest::of_task(&task).map_err(|e| {
-                SweepError::Invalid(format!("{}: cannot digest the task: {e}", dir.display()))
+            let digests = digest::of_task(&task).map_err(|source| SweepError::Digest {
+                dir: dir.clone(),
+                source,
             })?;
             tasks.push(SweepTask {
                 name: task.spec.name.clone(),
@@ -225,30 +283,29 @@ impl SweepSpec {
     }
 
     /// The configuration `model` runs with in this sweep, checked against its digest.
-    pub fn pinned(&self, model: &str) -> Result<&PinnedModel, String> {
-        let pinned = self.model_configs.get(model).ok_or_else(|| {
-            format!(
-                "model {model} has no pinned config in this sweep (started by an older anvil?); \
-                 start a new sweep"
-            )
-        })?;
+    pub fn pinned(&self, model: &str) -> Result<&PinnedModel, PinnedError> {
+        let pinned = self
+            .model_configs
+            .get(model)
+            .ok_or_else(|| PinnedError::NotPinned {
+                model: model.to_string(),
+            })?;
         let digest = pinned.config.digest();
         if digest != pinned.digest {
-            return Err(format!(
-                "model {model}'s pinned config does not match its recorded digest ({digest} instead of {})",
-                pinned.digest
-            ));
+            return Err(PinnedError::DigestMismatch {
+                model: model.to_string(),
+                digest,
+                recorded: pinned.digest.clone(),
+            });
         }
         Ok(&pinned.config)
     }
 
     /// Reads the spec stored with a sweep.
     pub fn from_row(row: &SweepRow) -> Result<SweepSpec, SweepError> {
-        serde_json::from_str(&row.spec).map_err(|e| {
-            SweepError::Invalid(format!(
-                "sweep {}: its stored spec cannot be read ({e}); was it written by a newer anvil?",
-                row.id
-            ))
+        serde_json::from_str(&row.spec).map_err(|source| SweepError::UnreadableSpec {
+            sweep: row.id.clone(),
+            source,
         })
     }
 }
@@ -267,8 +324,10 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
     let row = SweepRow {
         id: id.to_string(),
         created_at_ms: queue::now_ms(),
-        spec: serde_json::to_string(spec)
-            .map_err(|e| SweepError::Invalid(format!("cannot store the sweep spec: {e}")))?,
+        spec: serde_json::to_string(spec).map_err(|source| SweepError::StoreSpec {
+            sweep: id.to_string(),
+            source,
+        })?,
         fingerprint: spec.fingerprint(),
         anvil_git_sha: ANVIL_GIT_SHA.to_string(),
         cancelled: false,
@@ -277,19 +336,19 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
         SweepStart::Created => false,
         SweepStart::Resumed => true,
         SweepStart::Conflict(stored) => {
-            let why = SweepSpec::from_row(&stored)
+            let difference = SweepSpec::from_row(&stored)
                 .map(|old| spec.difference(&old))
                 .unwrap_or_else(|e| e.to_string());
-            return Err(SweepError::Invalid(format!(
-                "sweep {id} already exists with different tasks or settings ({why}); \
-                 resume it with the same tasks, models and trials, or start a new sweep with another --sweep id"
-            )));
+            return Err(SweepError::Changed {
+                sweep: id.to_string(),
+                difference,
+            });
         }
     };
     if resumed && db.is_cancelled(id).await? {
-        return Err(SweepError::Invalid(format!(
-            "sweep {id} was cancelled; start a new sweep with another --sweep id"
-        )));
+        return Err(SweepError::Cancelled {
+            sweep: id.to_string(),
+        });
     }
     let keys = spec.keys(id);
     db.add_trials(&keys).await?;
@@ -416,13 +475,22 @@ mod tests {
         assert!(
             s.pinned("n")
                 .unwrap_err()
+                .to_string()
                 .contains("model n has no pinned config")
         );
         if let Some(m) = s.model_configs.get_mut("m") {
             m.config.max_output_tokens = 1;
         }
         let err = s.pinned("m").unwrap_err();
-        assert!(err.contains("does not match its recorded digest"), "{err}");
+        assert!(
+            matches!(&err, PinnedError::DigestMismatch { model, .. } if model == "m"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("does not match its recorded digest"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -296,10 +296,7 @@ impl Db {
         let stored = self
             .sweep(&row.id)
             .await?
-            .ok_or_else(|| QueueError::Sweep {
-                id: row.id.clone(),
-                reason: "vanished while being recorded".into(),
-            })?;
+            .ok_or_else(|| QueueError::SweepVanished { id: row.id.clone() })?;
         if stored.fingerprint == row.fingerprint {
             Ok(SweepStart::Resumed)
         } else {
@@ -460,10 +457,7 @@ impl Db {
             .map(|r| r.rows_affected()))
         .map_err(QueueError::sql(format!("cancelling {sweep}")))?;
         if found == 0 {
-            return Err(QueueError::Sweep {
-                id: sweep.into(),
-                reason: "no such sweep in this queue (see `anvil-evals status`)".into(),
-            });
+            return Err(QueueError::NoSuchSweep { id: sweep.into() });
         }
         on_pool!(self, pool => sqlx::query(TRIALS).bind(sweep).bind(now_ms()).execute(pool).await
             .map(|r| r.rows_affected()))
