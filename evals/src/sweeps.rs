@@ -41,7 +41,8 @@ pub struct WorkerArgs {
     /// agent and check caps plus 120 s).
     #[arg(long)]
     pub trial_timeout_secs: Option<f64>,
-    /// Seconds before the first retry of an infrastructure failure (doubling after).
+    /// Seconds before the first retry of an infrastructure failure (doubling after, at most
+    /// 300). The wait is on the queue: the worker runs other trials meanwhile.
     #[arg(long, default_value_t = 5.0)]
     pub backoff_secs: f64,
     /// Grade without any sandbox, on a machine where none can work (each record says so).

@@ -29,9 +29,13 @@ pub struct SweepSpec {
     pub tasks: Vec<SweepTask>,
     /// Model aliases from the config.
     pub models: Vec<String>,
-    /// Each model's configuration, resolved where the sweep was started (built-ins and user
-    /// config, never a task's project config). Every trial runs with exactly this; its digest
-    /// is each record's `digests.model_config`.
+    /// Each model of `models`, by that name, pinned: its configuration as resolved where the
+    /// sweep was started (built-ins and user config, never a task's project config) and the
+    /// digest of it. Every trial runs with exactly this configuration, checked against the
+    /// digest first ([`SweepSpec::pinned`]); the digest is each record's
+    /// `digests.model_config` and part of the [`fingerprint`](SweepSpec::fingerprint). Empty
+    /// in sweeps started by an anvil that did not pin models: their trials end as
+    /// infrastructure errors ([`PinnedError::NotPinned`]) and resuming them is refused.
     #[serde(default)]
     pub model_configs: std::collections::BTreeMap<String, SweepModel>,
     pub trials: u32,
