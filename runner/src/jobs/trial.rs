@@ -24,7 +24,7 @@ use anvil_report::record::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::contract::{HeadlessOutput, TrialConfig, TrialConfigError};
+use crate::contract::{ContractError, HeadlessOutput, TrialConfig, TrialConfigError};
 use crate::exit;
 use crate::jobs::queue::{Db, QueueError, TrialJob};
 use crate::jobs::sweep::{ANVIL_GIT_SHA, PinnedError, SweepError, SweepSpec};
@@ -110,8 +110,12 @@ pub enum AgentOutcomeError {
     Signaled { signal: i32, stderr: String },
     #[error("the agent exited {code} without a JSON result: {stderr}")]
     NoResult { code: i32, stderr: String },
-    #[error("the agent exited {code}: {reason}")]
-    BadResult { code: i32, reason: String },
+    #[error("the agent exited {code}: {source}")]
+    BadResult {
+        code: i32,
+        #[source]
+        source: ContractError,
+    },
     #[error("the agent could not start (exit {code}, {outcome}): {error}")]
     Setup {
         code: i32,
@@ -568,7 +572,7 @@ impl AgentTrials {
                 }
                 .into());
             }
-            Some(Err(reason)) => return Err(AgentOutcomeError::BadResult { code, reason }.into()),
+            Some(Err(source)) => return Err(AgentOutcomeError::BadResult { code, source }.into()),
             Some(Ok(HeadlessOutput::Setup(failure))) => {
                 return Err(AgentOutcomeError::Setup {
                     code,
