@@ -20,6 +20,9 @@ fn main() {
         _ => "unknown".to_string(),
     };
     println!("cargo:rustc-env=ANVIL_GIT_SHA={sha}");
+    // sqlx::migrate! embeds ../migrations at compile time, and stable Rust cannot tell cargo
+    // that a macro read a directory: without this, a new migration file is not built in.
+    println!("cargo:rerun-if-changed=../migrations");
     if let Some(dir) = git(&["rev-parse", "--git-dir"]) {
         println!("cargo:rerun-if-changed={dir}/HEAD");
         println!("cargo:rerun-if-changed={dir}/index");

@@ -1,5 +1,7 @@
-//! The process supervisor: the one place anvil runs subprocesses (the bash tool now; hooks, MCP
-//! servers, the grader's check and eval trials later).
+//! The process supervisor: the one place anvil runs the subprocesses it does not control —
+//! the bash tool's commands, the grader's check and an eval trial's `anvil -p` (hooks and MCP
+//! servers will run here too). Short fixed helpers whose output anvil needs whole (`git` making
+//! a workspace template, a sandbox backend's probe) run with `std::process::Command` instead.
 //!
 //! - Each process leads a new process group; timeout, cancellation and the end of the command
 //!   kill the whole group, so `sleep 100 &` does not outlive its command.

@@ -23,6 +23,7 @@ macro_rules! out_raw {
 }
 
 mod sweeps;
+mod workspaces;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -45,6 +46,7 @@ Examples:
   anvil-evals grade --task evals/tasks/py-fix-median --workspace /tmp/trial-3/workspace --json
   anvil-evals report results.jsonl -k 1,3,5
   anvil-evals report results.jsonl --baseline last-week.jsonl --format html > report.html
+  anvil-evals workspaces list --workspaces /dev/shm/anvil-trials    # kept by --keep-workspaces
 
 The queue defaults to a SQLite file (anvil.db in the data dir); give --queue postgres://… to
 share it between machines. Migrations run automatically.
@@ -52,7 +54,7 @@ share it between machines. Migrations run automatically.
 Exit codes: run: 0 every trial completed, 1 some trial could not be completed (infra error or
 cancelled), 130 interrupted (resume with --sweep); grade: 0 pass, 1 fail (failed, check
 timeout or tampered), 3 grader error;
-validate: 0 all tasks sound, 1 otherwise; report, worker, status, export, cancel: 0; any
+validate: 0 all tasks sound, 1 otherwise; report, worker, status, export, cancel, workspaces: 0; any
 command: 2 bad input (a task, a model, a file, a line or a queue that cannot be used: status,
 export, cancel and report --sweep never create a missing queue database; run and worker stop
 within seconds when theirs is deleted or made read-only under them).";
@@ -101,6 +103,9 @@ enum Command {
         #[arg(long)]
         sweep: String,
     },
+    /// List or remove the workspaces kept by --keep-workspaces (they stay until removed).
+    #[command(subcommand)]
+    Workspaces(workspaces::WorkspacesCommand),
     /// Grade a finished workspace against a task's protected check.
     Grade {
         /// The task directory (holding task.toml).
@@ -189,6 +194,7 @@ fn main() -> ExitCode {
         Command::Cancel { queue, sweep } => {
             sweep_command(rt.block_on(sweeps::cancel(queue.as_deref(), &sweep)))
         }
+        Command::Workspaces(command) => sweep_command(workspaces::run(command)),
         Command::Grade {
             task,
             workspace,

@@ -23,7 +23,8 @@ pub struct WorkerArgs {
     /// Trials run at once by this process.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
-    /// Keep each trial's workspace (its path is recorded as the record's session_path).
+    /// Keep each trial's workspace (its path is recorded as the record's session_path) until
+    /// you remove it: see `anvil-evals workspaces`.
     #[arg(long)]
     pub keep_workspaces: bool,
     /// Where workspaces are made (default: the system temp dir).
@@ -40,12 +41,18 @@ pub struct WorkerArgs {
     /// agent and check caps plus 120 s).
     #[arg(long)]
     pub trial_timeout_secs: Option<f64>,
-    /// Seconds before the first retry of an infrastructure failure (doubling after).
+    /// Seconds before the first retry of an infrastructure failure (doubling after, at most
+    /// 300). The wait is on the queue: the worker runs other trials meanwhile.
     #[arg(long, default_value_t = 5.0)]
     pub backoff_secs: f64,
     /// Grade without any sandbox, on a machine where none can work (each record says so).
     #[arg(long)]
     pub unsandboxed_grading: bool,
+}
+
+/// Where workers make workspaces when `--workspaces` is not given.
+pub fn default_workspaces() -> PathBuf {
+    std::env::temp_dir().join("anvil-trials")
 }
 
 /// `value` seconds, more than zero; `flag` names the option in the error.
@@ -96,10 +103,7 @@ impl WorkerArgs {
         TrialOptions {
             hidden,
             anvil: self.anvil.clone().unwrap_or_else(TrialOptions::find_anvil),
-            workspaces: self
-                .workspaces
-                .clone()
-                .unwrap_or_else(|| std::env::temp_dir().join("anvil-trials")),
+            workspaces: self.workspaces.clone().unwrap_or_else(default_workspaces),
             keep_workspaces: self.keep_workspaces,
             grade: GradeOptions {
                 unsandboxed: self.unsandboxed_grading,
@@ -449,12 +453,13 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
             if sweeps.is_empty() {
                 out!("no sweeps yet");
             }
-            for (id, created, cancelled) in sweeps.iter().take(20) {
+            for sweep in sweeps.iter().take(20) {
                 out!(
-                    "sweep {id}{} (started {}): {}",
-                    if *cancelled { " (cancelled)" } else { "" },
-                    age(*created),
-                    counts_line(&db.counts(id).await?)
+                    "sweep {}{} (started {}): {}",
+                    sweep.id,
+                    if sweep.cancelled { " (cancelled)" } else { "" },
+                    age(sweep.created_at_ms),
+                    counts_line(&db.counts(&sweep.id).await?)
                 );
             }
         }

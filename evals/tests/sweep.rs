@@ -646,3 +646,68 @@ on_both_databases!(
     hung_trial_postgres,
     hung_trials_are_ended
 );
+
+/// Regression: a workspace kept by `--keep-workspaces` kept its worker's `p<pid>.` prefix, so
+/// the next `run` on the same `--workspaces` directory deleted it as stale once that process
+/// had exited. Kept ones stay until `anvil-evals workspaces clean`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_workspaces_survive_later_runs_until_cleaned() {
+    let server = model_server(Duration::ZERO).await;
+    let s = setup(&server, false, &["t1"]).await;
+    let workspaces = s.home.path().join("ws");
+    let ws_arg = workspaces.display().to_string();
+    let tasks = s.tasks.join("*").display().to_string();
+    let sweep = |id: &str, keep: bool| {
+        let mut args = vec![
+            "run",
+            "--tasks",
+            &tasks,
+            "--models",
+            "good",
+            "--trials",
+            "1",
+            "--sweep",
+            id,
+            "--workspaces",
+            &ws_arg,
+        ];
+        if keep {
+            args.push("--keep-workspaces");
+        }
+        let out = output(s.command(&args));
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    };
+    let workspaces_cmd = |action: &str| {
+        let mut c = support::evals_command(s.home.path(), &["workspaces", action]);
+        c.args(["--workspaces", &ws_arg]);
+        let out = output(c);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    sweep("kept", true);
+    let recs = records(&s, "kept");
+    let kept = PathBuf::from(recs[0]["session_path"].as_str().unwrap());
+    assert!(kept.join("answer.txt").is_file(), "{}", kept.display());
+    assert!(
+        kept.parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("kept."),
+        "{}",
+        kept.display()
+    );
+
+    // Another run on the same directory, by another process: its stale sweep spares it.
+    sweep("later", false);
+    assert!(kept.join("answer.txt").is_file(), "{}", kept.display());
+    assert_eq!(workspaces_cmd("list"), format!("{}\n", kept.display()));
+
+    assert_eq!(workspaces_cmd("clean"), "");
+    assert!(!kept.exists(), "{}", kept.display());
+    assert_eq!(workspaces_cmd("list"), "");
+    assert!(workspaces.join("templates").is_dir(), "templates stay");
+    s.cleanup().await;
+}

@@ -41,11 +41,37 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// The backoff before attempt `attempt + 1`: exponential with jitter in [50%, 100%].
+    /// The backoff before attempt `attempt + 1`: [`Backoff::delay`] with jitter in [50%, 100%].
     fn backoff(&self, attempt: u32) -> Duration {
-        let exp = self.base.saturating_mul(1u32 << (attempt - 1).min(20));
-        let full = exp.min(self.cap);
+        let full = Backoff {
+            base: self.base,
+            cap: self.cap,
+        }
+        .delay(attempt);
         full.mul_f64(0.5 + 0.5 * jitter())
+    }
+}
+
+/// Exponential backoff, the one rule for every retry in anvil (provider requests here, trial
+/// jobs in the runner's worker): `base` after the first failure, doubled after each later one,
+/// never more than `cap`. Pure: callers add jitter or schedule the wait as they need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+}
+
+impl Backoff {
+    /// The wait after `failures` consecutive failures (the wait before attempt `failures + 1`):
+    /// zero for none, then `base`, `2 × base`, `4 × base`… up to `cap`. The doubling stops at
+    /// 2^20 so the arithmetic cannot overflow whatever the count.
+    pub fn delay(&self, failures: u32) -> Duration {
+        if failures == 0 {
+            return Duration::ZERO;
+        }
+        self.base
+            .saturating_mul(1u32 << (failures - 1).min(20))
+            .min(self.cap)
     }
 }
 
@@ -255,6 +281,25 @@ mod tests {
                 assert!(started.elapsed() <= policy().total_deadline);
             }
         }
+    }
+
+    #[test]
+    fn backoff_doubles_from_base_up_to_cap() {
+        let b = Backoff {
+            base: Duration::from_secs(5),
+            cap: Duration::from_secs(300),
+        };
+        let delays: Vec<Duration> = (0..9).map(|n| b.delay(n)).collect();
+        assert_eq!(
+            delays,
+            [0, 5, 10, 20, 40, 80, 160, 300, 300].map(Duration::from_secs)
+        );
+        assert_eq!(b.delay(u32::MAX), Duration::from_secs(300), "no overflow");
+        let zero = Backoff {
+            base: Duration::ZERO,
+            cap: Duration::from_secs(1),
+        };
+        assert_eq!(zero.delay(3), Duration::ZERO);
     }
 
     #[test]

@@ -160,6 +160,15 @@ pub struct HeadlessFailure {
     pub error: String,
 }
 
+/// A result line that does not keep the contract; `line` is the line as printed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContractError {
+    #[error("the result line is not JSON ({reason}): {line}")]
+    NotJson { line: String, reason: String },
+    #[error("the result does not match anvil's contract ({reason}): {line}")]
+    Mismatch { line: String, reason: String },
+}
+
 /// What the child printed, read back.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HeadlessOutput {
@@ -170,14 +179,19 @@ pub enum HeadlessOutput {
 impl HeadlessOutput {
     /// Reads the last JSON object line of `stdout`: a turn's result, or why none ran. `None`
     /// when there is no JSON line; `Some(Err)` names what does not match the contract.
-    pub fn parse(stdout: &str) -> Option<Result<Self, String>> {
+    pub fn parse(stdout: &str) -> Option<Result<Self, ContractError>> {
         let line = stdout
             .lines()
             .rev()
             .find(|l| l.trim_start().starts_with('{'))?;
         let value: serde_json::Value = match serde_json::from_str(line) {
             Ok(v) => v,
-            Err(e) => return Some(Err(format!("the result line is not JSON ({e}): {line}"))),
+            Err(e) => {
+                return Some(Err(ContractError::NotJson {
+                    line: line.to_string(),
+                    reason: e.to_string(),
+                }));
+            }
         };
         let setup = matches!(
             value.get("outcome").and_then(serde_json::Value::as_str),
@@ -188,9 +202,10 @@ impl HeadlessOutput {
         } else {
             serde_json::from_value(value).map(Self::Turn)
         };
-        Some(
-            parsed.map_err(|e| format!("the result does not match anvil's contract ({e}): {line}")),
-        )
+        Some(parsed.map_err(|e| ContractError::Mismatch {
+            line: line.to_string(),
+            reason: e.to_string(),
+        }))
     }
 }
 
@@ -272,7 +287,7 @@ mod tests {
         assert_eq!(HeadlessOutput::parse("no json here\n"), None);
         let drifted = HeadlessOutput::parse(r#"{"outcome":"done","text":"x"}"#);
         assert!(
-            matches!(&drifted, Some(Err(e)) if e.contains("missing field")),
+            matches!(&drifted, Some(Err(ContractError::Mismatch { reason, .. })) if reason.contains("missing field")),
             "{drifted:?}"
         );
     }

@@ -240,6 +240,117 @@ async fn infrastructure_failures_are_retried_then_recorded() {
     .await;
 }
 
+/// One run of a trial: task, attempt, when it started and ended.
+type Run = (String, u32, Instant, Instant);
+
+/// Fails task "flaky" on its first attempt; every other trial passes at once. Records each run.
+struct Timed {
+    runs: Arc<Mutex<Vec<Run>>>,
+}
+
+#[async_trait::async_trait]
+impl TrialHandler for Timed {
+    async fn run(&self, job: &queue::TrialJob, attempt: u32, _: CancellationToken) -> TrialEnd {
+        let started = Instant::now();
+        let end = if job.task == "flaky" && attempt == 1 {
+            TrialEnd::Infra {
+                reason: "provider unreachable".into(),
+                record: self.infra_record(job, attempt, "provider unreachable"),
+            }
+        } else {
+            TrialEnd::Graded(record(&job.key(), attempt, true, None))
+        };
+        let run = (job.task.clone(), attempt, started, Instant::now());
+        self.runs.lock().unwrap().push(run);
+        end
+    }
+
+    fn time_budget(&self, _: &queue::TrialJob) -> Duration {
+        Duration::from_secs(5)
+    }
+
+    fn infra_record(&self, job: &queue::TrialJob, attempt: u32, reason: &str) -> TrialRecord {
+        record(&job.key(), attempt, false, Some(reason))
+    }
+}
+
+/// Regression: the backoff before a retry was slept inside the job handler, holding the worker
+/// slot (up to 300 s) while other trials waited. It is now the job's `run_at` on the queue: with
+/// one slot, a trial queued during the backoff runs at once, and the retry runs after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backoff_waits_on_the_queue_and_frees_the_worker_slot() {
+    with_each_db("backoff", |db| async move {
+        let backoff = Duration::from_secs(2);
+        sweep_with(&db, "s8", &["flaky"], 1, 3).await;
+        let runs = Arc::new(Mutex::new(Vec::<Run>::new()));
+        let shutdown = CancellationToken::new();
+        let options = WorkerOptions {
+            concurrency: 1,
+            backoff,
+            backoff_max: backoff,
+            ..fast_options()
+        };
+        let handle = tokio::spawn(worker::run(
+            db.clone(),
+            Arc::new(Timed { runs: runs.clone() }),
+            options,
+            shutdown.clone(),
+        ));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while runs.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "the first attempt never ran");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The first attempt has failed: queue another trial while its retry waits.
+        let other = TrialKey {
+            sweep: "s8".into(),
+            task: "other".into(),
+            model: "m".into(),
+            trial: 0,
+        };
+        db.add_trials(std::slice::from_ref(&other)).await.unwrap();
+        queue::enqueue(&db, std::slice::from_ref(&other), 3)
+            .await
+            .unwrap();
+        loop {
+            let counts = db.counts("s8").await.unwrap();
+            if counts.get(TrialState::Done) == 2 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sweep did not finish: {counts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), handle)
+            .await
+            .expect("worker stops when asked")
+            .unwrap()
+            .unwrap();
+        let runs = runs.lock().unwrap().clone();
+        let order: Vec<(&str, u32)> = runs.iter().map(|r| (r.0.as_str(), r.1)).collect();
+        assert_eq!(
+            order,
+            [("flaky", 1), ("other", 1), ("flaky", 2)],
+            "the other trial ran during the backoff"
+        );
+        let (failed_at, retried_at) = (runs[0].3, runs[2].2);
+        assert!(
+            retried_at.duration_since(failed_at) >= backoff,
+            "the retry waited its backoff: {:?}",
+            retried_at.duration_since(failed_at)
+        );
+        assert!(
+            runs[1].2.duration_since(failed_at) < backoff,
+            "the other trial did not wait for the backoff: {:?}",
+            runs[1].2.duration_since(failed_at)
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_trial_is_ended_by_its_time_budget() {
     with_each_db("hang", |db| async move {

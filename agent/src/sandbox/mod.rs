@@ -1,9 +1,12 @@
 //! The OS sandbox: one place that decides how a subprocess is confined. Every subprocess that
-//! should be confined (the grader's check now; the bash tool, hooks, MCP servers and eval trials
-//! as they arrive) gets its [`ProcessSpec`](crate::process::ProcessSpec) wrapped here.
+//! is confined gets its [`ProcessSpec`](crate::process::ProcessSpec) wrapped here: the bash
+//! tool's commands (in an interactive session with the host's view; in an eval trial with a
+//! [`View::Confined`] view that hides the task, other workspaces and the queue) and the grader's
+//! check. Hooks and MCP servers are to be confined here too when they arrive.
 //!
-//! Linux backend: bubblewrap (see [`bwrap`]) plus a seccomp filter ([`seccomp`]). macOS:
-//! a Seatbelt profile ([`seatbelt`]), generated and golden-tested; not yet selected at run time.
+//! Backends, chosen at run time by the platform: on Linux bubblewrap (see [`bwrap`]) plus a
+//! seccomp filter ([`seccomp`]); on macOS a Seatbelt profile run by `sandbox-exec`
+//! ([`seatbelt`]), generated and golden-tested. Either is probed once before first use.
 
 pub mod bwrap;
 pub mod credentials;

@@ -133,7 +133,7 @@ impl SessionStore {
             name = name[name.len() - 100..].to_string();
         }
         let hash = Sha256::digest(text.as_bytes());
-        let short: String = hash.iter().take(4).map(|b| format!("{b:02x}")).collect();
+        let short = hex::encode(&hash[..4]);
         self.root.join(format!("{name}-{short}"))
     }
 
@@ -262,7 +262,7 @@ fn new_id() -> String {
     }
     bytes[6] = (bytes[6] & 0x0f) | 0x40;
     bytes[8] = (bytes[8] & 0x3f) | 0x80;
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = hex::encode(bytes);
     format!(
         "{}-{}-{}-{}-{}",
         &hex[0..8],

@@ -29,9 +29,13 @@ pub struct SweepSpec {
     pub tasks: Vec<SweepTask>,
     /// Model aliases from the config.
     pub models: Vec<String>,
-    /// Each model's configuration, resolved where the sweep was started (built-ins and user
-    /// config, never a task's project config). Every trial runs with exactly this; its digest
-    /// is each record's `digests.model_config`.
+    /// Each model of `models`, by that name, pinned: its configuration as resolved where the
+    /// sweep was started (built-ins and user config, never a task's project config) and the
+    /// digest of it. Every trial runs with exactly this configuration, checked against the
+    /// digest first ([`SweepSpec::pinned`]); the digest is each record's
+    /// `digests.model_config` and part of the [`fingerprint`](SweepSpec::fingerprint). Empty
+    /// in sweeps started by an anvil that did not pin models: their trials end as
+    /// infrastructure errors ([`PinnedError::NotPinned`]) and resuming them is refused.
     #[serde(default)]
     pub model_configs: std::collections::BTreeMap<String, SweepModel>,
     pub trials: u32,
@@ -55,14 +59,71 @@ impl SweepModel {
     }
 }
 
+/// Why a sweep cannot be planned, started or read back: one variant per condition, each with
+/// the values that were wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum SweepError {
-    #[error("{0}")]
+    #[error(transparent)]
     Task(#[from] anvil_grader::TaskError),
-    #[error("{0}")]
-    Invalid(String),
+    #[error("--trials must be at least 1")]
+    NoTrials,
+    #[error("--max-attempts must be at least 1")]
+    NoAttempts,
+    #[error("--models names no model")]
+    NoModels,
+    #[error("--models has an empty name")]
+    EmptyModelName,
+    #[error("--models names '{model}' twice")]
+    DuplicateModel { model: String },
+    #[error("no task matches '{pattern}'")]
+    NoTaskMatches { pattern: String },
+    #[error("{}: cannot digest the task: {source}", dir.display())]
+    Digest {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot store the spec of sweep {sweep}: {source}")]
+    StoreSpec {
+        sweep: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "sweep {sweep}: its stored spec cannot be read ({source}); was it written by a newer anvil?"
+    )]
+    UnreadableSpec {
+        sweep: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error(
+        "sweep {sweep} already exists with different tasks or settings ({difference}); resume it \
+         with the same tasks, models and trials, or start a new sweep with another --sweep id"
+    )]
+    Changed { sweep: String, difference: String },
+    #[error("sweep {sweep} was cancelled; start a new sweep with another --sweep id")]
+    Cancelled { sweep: String },
     #[error(transparent)]
     Queue(#[from] QueueError),
+}
+
+/// Why a model of a sweep cannot be run as pinned.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PinnedError {
+    #[error(
+        "model {model} has no pinned config in this sweep (started by an older anvil?); \
+         start a new sweep"
+    )]
+    NotPinned { model: String },
+    #[error(
+        "model {model}'s pinned config does not match its recorded digest ({digest} instead of {recorded})"
+    )]
+    DigestMismatch {
+        model: String,
+        digest: String,
+        recorded: String,
+    },
 }
 
 impl SweepSpec {
@@ -77,37 +138,38 @@ impl SweepSpec {
         let pinned = models;
         let models: Vec<String> = pinned.iter().map(|m| m.name.clone()).collect();
         if trials == 0 {
-            return Err(SweepError::Invalid("--trials must be at least 1".into()));
+            return Err(SweepError::NoTrials);
         }
         if max_attempts == 0 {
-            return Err(SweepError::Invalid(
-                "--max-attempts must be at least 1".into(),
-            ));
+            return Err(SweepError::NoAttempts);
         }
         let mut seen = std::collections::BTreeSet::new();
         for model in &models {
             if model.trim().is_empty() {
-                return Err(SweepError::Invalid("--models has an empty name".into()));
+                return Err(SweepError::EmptyModelName);
             }
             if !seen.insert(model.clone()) {
-                return Err(SweepError::Invalid(format!(
-                    "--models names '{model}' twice"
-                )));
+                return Err(SweepError::DuplicateModel {
+                    model: model.clone(),
+                });
             }
         }
         if models.is_empty() {
-            return Err(SweepError::Invalid("--models names no model".into()));
+            return Err(SweepError::NoModels);
         }
         let dirs = find_tasks(pattern)?;
         if dirs.is_empty() {
-            return Err(SweepError::Invalid(format!("no task matches '{pattern}'")));
+            return Err(SweepError::NoTaskMatches {
+                pattern: pattern.to_string(),
+            });
         }
         let mut tasks = Vec::new();
         for dir in dirs {
             let task = Task::load(&dir)?;
             let dir = std::fs::canonicalize(&task.dir).unwrap_or(task.dir.clone());
-            let digests = digest::of_task(&task).map_err(|e| {
-                SweepError::Invalid(format!("{}: cannot digest the task: {e}", dir.display()))
+            let digests = digest::of_task(&task).map_err(|source| SweepError::Digest {
+                dir: dir.clone(),
+                source,
             })?;
             tasks.push(SweepTask {
                 name: task.spec.name.clone(),
@@ -224,30 +286,29 @@ impl SweepSpec {
     }
 
     /// The configuration `model` runs with in this sweep, checked against its digest.
-    pub fn pinned(&self, model: &str) -> Result<&PinnedModel, String> {
-        let pinned = self.model_configs.get(model).ok_or_else(|| {
-            format!(
-                "model {model} has no pinned config in this sweep (started by an older anvil?); \
-                 start a new sweep"
-            )
-        })?;
+    pub fn pinned(&self, model: &str) -> Result<&PinnedModel, PinnedError> {
+        let pinned = self
+            .model_configs
+            .get(model)
+            .ok_or_else(|| PinnedError::NotPinned {
+                model: model.to_string(),
+            })?;
         let digest = pinned.config.digest();
         if digest != pinned.digest {
-            return Err(format!(
-                "model {model}'s pinned config does not match its recorded digest ({digest} instead of {})",
-                pinned.digest
-            ));
+            return Err(PinnedError::DigestMismatch {
+                model: model.to_string(),
+                digest,
+                recorded: pinned.digest.clone(),
+            });
         }
         Ok(&pinned.config)
     }
 
     /// Reads the spec stored with a sweep.
     pub fn from_row(row: &SweepRow) -> Result<SweepSpec, SweepError> {
-        serde_json::from_str(&row.spec).map_err(|e| {
-            SweepError::Invalid(format!(
-                "sweep {}: its stored spec cannot be read ({e}); was it written by a newer anvil?",
-                row.id
-            ))
+        serde_json::from_str(&row.spec).map_err(|source| SweepError::UnreadableSpec {
+            sweep: row.id.clone(),
+            source,
         })
     }
 }
@@ -266,8 +327,10 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
     let row = SweepRow {
         id: id.to_string(),
         created_at_ms: queue::now_ms(),
-        spec: serde_json::to_string(spec)
-            .map_err(|e| SweepError::Invalid(format!("cannot store the sweep spec: {e}")))?,
+        spec: serde_json::to_string(spec).map_err(|source| SweepError::StoreSpec {
+            sweep: id.to_string(),
+            source,
+        })?,
         fingerprint: spec.fingerprint(),
         anvil_git_sha: ANVIL_GIT_SHA.to_string(),
         cancelled: false,
@@ -276,19 +339,19 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
         SweepStart::Created => false,
         SweepStart::Resumed => true,
         SweepStart::Conflict(stored) => {
-            let why = SweepSpec::from_row(&stored)
+            let difference = SweepSpec::from_row(&stored)
                 .map(|old| spec.difference(&old))
                 .unwrap_or_else(|e| e.to_string());
-            return Err(SweepError::Invalid(format!(
-                "sweep {id} already exists with different tasks or settings ({why}); \
-                 resume it with the same tasks, models and trials, or start a new sweep with another --sweep id"
-            )));
+            return Err(SweepError::Changed {
+                sweep: id.to_string(),
+                difference,
+            });
         }
     };
     if resumed && db.is_cancelled(id).await? {
-        return Err(SweepError::Invalid(format!(
-            "sweep {id} was cancelled; start a new sweep with another --sweep id"
-        )));
+        return Err(SweepError::Cancelled {
+            sweep: id.to_string(),
+        });
     }
     let keys = spec.keys(id);
     db.add_trials(&keys).await?;
@@ -303,31 +366,14 @@ pub async fn start(db: &Db, id: &str, spec: &SweepSpec) -> Result<Started, Sweep
 
 /// A new sweep id: `sweep-YYYYMMDD-HHMMSS-xxxx` (UTC).
 pub fn new_sweep_id() -> String {
-    let secs = queue::now_ms() / 1000;
-    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
-    let rem = secs.rem_euclid(86_400);
     let suffix = uuid::Uuid::new_v4().simple().to_string();
-    format!(
-        "sweep-{y:04}{m:02}{d:02}-{:02}{:02}{:02}-{}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        &suffix[..4]
-    )
+    sweep_id_at(jiff::Timestamp::now(), &suffix[..4])
 }
 
-/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { y + 1 } else { y }, m, d)
+/// The sweep id for time `at` and a random `suffix`. The format is stable: ids already in
+/// queue databases and in users' scripts look like this.
+fn sweep_id_at(at: jiff::Timestamp, suffix: &str) -> String {
+    format!("sweep-{}-{suffix}", at.strftime("%Y%m%d-%H%M%S"))
 }
 
 #[cfg(test)]
@@ -336,9 +382,15 @@ mod tests {
 
     #[test]
     fn dates_are_civil() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(20_787), (2026, 11, 30));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        let at = |days: i64, secs: i64| {
+            sweep_id_at(
+                jiff::Timestamp::from_second(days * 86_400 + secs).unwrap(),
+                "ab12",
+            )
+        };
+        assert_eq!(at(0, 0), "sweep-19700101-000000-ab12");
+        assert_eq!(at(20_787, 43_200), "sweep-20261130-120000-ab12");
+        assert_eq!(at(11_016, 86_399), "sweep-20000229-235959-ab12");
     }
 
     #[test]
@@ -426,13 +478,22 @@ mod tests {
         assert!(
             s.pinned("n")
                 .unwrap_err()
+                .to_string()
                 .contains("model n has no pinned config")
         );
         if let Some(m) = s.model_configs.get_mut("m") {
             m.config.max_output_tokens = 1;
         }
         let err = s.pinned("m").unwrap_err();
-        assert!(err.contains("does not match its recorded digest"), "{err}");
+        assert!(
+            matches!(&err, PinnedError::DigestMismatch { model, .. } if model == "m"),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("does not match its recorded digest"),
+            "{err}"
+        );
     }
 
     #[test]

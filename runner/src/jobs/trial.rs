@@ -23,12 +23,119 @@ use anvil_report::record::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::contract::{HeadlessOutput, TrialConfig};
+use crate::contract::{ContractError, HeadlessOutput, TrialConfig, TrialConfigError};
 use crate::exit;
-use crate::jobs::queue::{Db, TrialJob};
-use crate::jobs::sweep::{ANVIL_GIT_SHA, SweepSpec};
+use crate::jobs::queue::{Db, QueueError, TrialJob};
+use crate::jobs::sweep::{ANVIL_GIT_SHA, PinnedError, SweepError, SweepSpec};
 use crate::jobs::worker::{TrialEnd, TrialHandler};
-use crate::jobs::workspace;
+use crate::jobs::workspace::{self, WorkspaceError};
+
+/// Why a trial did not reach a graded result. Every variant but [`TrialError::Cancelled`] is
+/// the infrastructure's failure (retried, then recorded as `infra_error` with this message);
+/// the model's failures are graded results, never errors.
+#[derive(Debug, thiserror::Error)]
+pub enum TrialError {
+    /// The queue could not be read.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error("sweep {sweep} is not in the queue database")]
+    UnknownSweep { sweep: String },
+    /// The sweep's stored spec cannot be read.
+    #[error(transparent)]
+    Sweep(#[from] SweepError),
+    /// The task, as this machine has it, cannot be used.
+    #[error(transparent)]
+    Task(#[from] LocalTaskError),
+    #[error("model {model} is not part of this sweep")]
+    ModelNotInSweep { model: String },
+    #[error(transparent)]
+    Pinned(#[from] PinnedError),
+    #[error("model {model} needs {var}, which is not set on worker {host} (pid {pid})")]
+    MissingCredential {
+        model: String,
+        var: String,
+        host: String,
+        pid: u32,
+    },
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error("the workspace {} has no parent directory", workspace.display())]
+    NoTrialDir { workspace: PathBuf },
+    #[error(transparent)]
+    TrialConfig(#[from] TrialConfigError),
+    /// The agent process could not be started or waited for.
+    #[error("the agent could not run: {0}")]
+    AgentSpawn(#[from] process::ProcessError),
+    /// The agent ran but did not end a turn the way the contract says.
+    #[error(transparent)]
+    AgentOutcome(#[from] AgentOutcomeError),
+    #[error("grader error: {reason}")]
+    Grader { reason: String },
+    /// The sweep was cancelled while the trial ran: not a failure of anyone's.
+    #[error("the sweep was cancelled")]
+    Cancelled,
+}
+
+/// A task of the sweep that this machine cannot run as the sweep was started with.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LocalTaskError {
+    #[error("task {task} is not part of this sweep")]
+    NotInSweep { task: String },
+    #[error("task {task} on this machine: {source}")]
+    Load {
+        task: String,
+        #[source]
+        source: anvil_grader::TaskError,
+    },
+    #[error("task {task}: cannot digest {}: {source}", dir.display())]
+    Digest {
+        task: String,
+        dir: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error(
+        "task {task} at {} on this machine differs from the one the sweep was started with; \
+         check out the same revision on every worker",
+        dir.display()
+    )]
+    Differs { task: String, dir: PathBuf },
+}
+
+/// How the agent process ended, when that is the infrastructure's failure.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentOutcomeError {
+    #[error("the agent died from signal {signal}: {stderr}")]
+    Signaled { signal: i32, stderr: String },
+    #[error("the agent exited {code} without a JSON result: {stderr}")]
+    NoResult { code: i32, stderr: String },
+    #[error("the agent exited {code}: {source}")]
+    BadResult {
+        code: i32,
+        #[source]
+        source: ContractError,
+    },
+    #[error("the agent could not start (exit {code}, {outcome}): {error}")]
+    Setup {
+        code: i32,
+        outcome: String,
+        error: String,
+    },
+    #[error("provider unreachable after retries: {error}")]
+    ProviderUnreachable { error: String },
+    #[error("the agent exited {code} after a turn that ended {outcome}: {error}")]
+    UnexpectedExit {
+        code: i32,
+        outcome: String,
+        error: String,
+    },
+    #[error("the agent ran model {model} with config {ran} instead of the pinned {pinned}")]
+    NotThePinnedModel {
+        model: String,
+        ran: String,
+        pinned: String,
+    },
+}
 
 /// Where and how trials run on this machine.
 #[derive(Debug, Clone)]
@@ -67,9 +174,9 @@ struct LocalTask {
 }
 
 struct SweepContext {
-    tasks: HashMap<String, Result<Arc<LocalTask>, String>>,
+    tasks: HashMap<String, Result<Arc<LocalTask>, LocalTaskError>>,
     /// Each model's pinned configuration, or why the sweep has none usable.
-    models: HashMap<String, Result<Arc<PinnedModel>, String>>,
+    models: HashMap<String, Result<Arc<PinnedModel>, PinnedError>>,
 }
 
 /// The real trial handler.
@@ -95,34 +202,39 @@ impl AgentTrials {
         }
     }
 
-    async fn context(&self, sweep: &str) -> Result<Arc<SweepContext>, String> {
+    async fn context(&self, sweep: &str) -> Result<Arc<SweepContext>, TrialError> {
         if let Some(ctx) = self.sweeps.lock().ok().and_then(|m| m.get(sweep).cloned()) {
             return Ok(ctx);
         }
         let row = self
             .db
             .sweep(sweep)
-            .await
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("sweep {sweep} is not in the queue database"))?;
-        let spec = SweepSpec::from_row(&row).map_err(|e| e.to_string())?;
+            .await?
+            .ok_or_else(|| TrialError::UnknownSweep {
+                sweep: sweep.to_string(),
+            })?;
+        let spec = SweepSpec::from_row(&row)?;
         let tasks = spec
             .tasks
             .iter()
             .map(|t| {
                 let local = Task::load(&t.dir)
-                    .map_err(|e| format!("task {} on this machine: {e}", t.name))
+                    .map_err(|source| LocalTaskError::Load {
+                        task: t.name.clone(),
+                        source,
+                    })
                     .and_then(|task| {
-                        let digests = digest::of_task(&task).map_err(|e| {
-                            format!("task {}: cannot digest {}: {e}", t.name, t.dir.display())
-                        })?;
+                        let digests =
+                            digest::of_task(&task).map_err(|source| LocalTaskError::Digest {
+                                task: t.name.clone(),
+                                dir: t.dir.clone(),
+                                source: Arc::new(source),
+                            })?;
                         if digests != t.digests {
-                            return Err(format!(
-                                "task {} at {} on this machine differs from the one the sweep was started with; \
-                                 check out the same revision on every worker",
-                                t.name,
-                                t.dir.display()
-                            ));
+                            return Err(LocalTaskError::Differs {
+                                task: t.name.clone(),
+                                dir: t.dir.clone(),
+                            });
                         }
                         Ok(Arc::new(LocalTask { task, digests }))
                     });
@@ -141,10 +253,12 @@ impl AgentTrials {
         Ok(ctx)
     }
 
-    fn local_task(ctx: &SweepContext, name: &str) -> Result<Arc<LocalTask>, String> {
+    fn local_task(ctx: &SweepContext, name: &str) -> Result<Arc<LocalTask>, LocalTaskError> {
         match ctx.tasks.get(name) {
             Some(r) => r.clone(),
-            None => Err(format!("task {name} is not part of this sweep")),
+            None => Err(LocalTaskError::NotInSweep {
+                task: name.to_string(),
+            }),
         }
     }
 
@@ -195,22 +309,29 @@ impl AgentTrials {
         record
     }
 
+    /// How a trial that failed with `error` ends.
     fn infra(
         job: &TrialJob,
         attempt: u32,
         digests: Option<&TaskDigests>,
-        reason: String,
+        error: TrialError,
     ) -> TrialEnd {
+        if let TrialError::Cancelled = error {
+            return TrialEnd::Cancelled;
+        }
+        let reason = error.to_string();
         TrialEnd::Infra {
             record: Self::infra_record_for(job, attempt, digests, &reason),
             reason,
         }
     }
 
-    fn pinned_model(ctx: &SweepContext, name: &str) -> Result<Arc<PinnedModel>, String> {
+    fn pinned_model(ctx: &SweepContext, name: &str) -> Result<Arc<PinnedModel>, TrialError> {
         match ctx.models.get(name) {
-            Some(r) => r.clone(),
-            None => Err(format!("model {name} is not part of this sweep")),
+            Some(r) => Ok(r.clone()?),
+            None => Err(TrialError::ModelNotInSweep {
+                model: name.to_string(),
+            }),
         }
     }
 
@@ -222,20 +343,18 @@ impl AgentTrials {
 
     /// Why this machine cannot run `model` as pinned, if it cannot: its credential variable
     /// must be set in the agent's environment.
-    fn unsupported(&self, model: &PinnedModel) -> Option<String> {
+    fn unsupported(&self, model: &PinnedModel) -> Option<TrialError> {
         let var = model.provider.api_key_env.as_deref()?;
         let set = self
             .options
             .env
             .iter()
             .any(|(k, v)| k == var && !v.trim().is_empty());
-        (!set).then(|| {
-            format!(
-                "model {} needs {var}, which is not set on worker {} (pid {})",
-                model.name,
-                crate::jobs::worker::host_name(),
-                std::process::id()
-            )
+        (!set).then(|| TrialError::MissingCredential {
+            model: model.name.clone(),
+            var: var.to_string(),
+            host: crate::jobs::worker::host_name(),
+            pid: std::process::id(),
         })
     }
 
@@ -253,7 +372,7 @@ impl AgentTrials {
         };
         let local = match Self::local_task(&ctx, &job.task) {
             Ok(t) => t,
-            Err(e) => return Self::infra(job, attempt, None, e),
+            Err(e) => return Self::infra(job, attempt, None, e.into()),
         };
         let digests = Some(&local.digests);
         let task = &local.task;
@@ -272,7 +391,7 @@ impl AgentTrials {
             .prepare(&task.repo(), &local.digests.repo, &label)
         {
             Ok(ws) => ws,
-            Err(e) => return Self::infra(job, attempt, digests, e.to_string()),
+            Err(e) => return Self::infra(job, attempt, digests, e.into()),
         };
         let agent_started = Instant::now();
         let agent = match self.write_trial_config(task, &model, ws.path()) {
@@ -285,11 +404,11 @@ impl AgentTrials {
         let agent_ms = agent_started.elapsed().as_millis() as u64;
         let mut record = Self::base_record(job, attempt, digests);
         let run = match agent {
-            Ok(AgentRun::Cancelled) => return TrialEnd::Cancelled,
-            Ok(AgentRun::Finished(run)) => run,
-            Err(reason) => {
-                let reason = keep_note(reason, &ws, self.options.keep_workspaces);
-                return Self::infra(job, attempt, digests, reason);
+            Ok(run) => run,
+            Err(TrialError::Cancelled) => return TrialEnd::Cancelled,
+            Err(error) => {
+                let end = Self::infra(job, attempt, digests, error);
+                return self.keep_after_failure(end, ws);
             }
         };
         record.agent_ms = Some(agent_ms);
@@ -328,17 +447,28 @@ impl AgentTrials {
             Verdict::CheckTimeout => (false, CheckOutcome::CheckTimeout),
             Verdict::Tampered => (false, CheckOutcome::Tampered),
             Verdict::GraderError => {
-                return Self::infra(
-                    job,
-                    attempt,
-                    digests,
-                    format!("grader error: {}", graded.reason),
-                );
+                let error = TrialError::Grader {
+                    reason: graded.reason,
+                };
+                return Self::infra(job, attempt, digests, error);
             }
         };
         record.pass = Some(pass);
         record.check_outcome = Some(outcome);
         TrialEnd::Graded(record)
+    }
+
+    /// With `--keep-workspaces`, keeps the workspace of a trial that failed and names it in
+    /// its reason; otherwise removes it.
+    fn keep_after_failure(&self, mut end: TrialEnd, ws: workspace::Workspace) -> TrialEnd {
+        if self.options.keep_workspaces
+            && let TrialEnd::Infra { reason, record } = &mut end
+        {
+            let kept = ws.keep();
+            *reason = format!("{reason} (workspace: {})", kept.display());
+            record.infra_error = Some(reason.clone());
+        }
+        end
     }
 
     /// Writes the child's [`TrialConfig`] beside the workspace (in the trial's private
@@ -348,12 +478,9 @@ impl AgentTrials {
         task: &Task,
         model: &PinnedModel,
         workspace: &Path,
-    ) -> Result<PathBuf, String> {
-        let dir = workspace.parent().ok_or_else(|| {
-            format!(
-                "the workspace {} has no parent directory",
-                workspace.display()
-            )
+    ) -> Result<PathBuf, TrialError> {
+        let dir = workspace.parent().ok_or_else(|| TrialError::NoTrialDir {
+            workspace: workspace.to_path_buf(),
         })?;
         let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let mut hidden: Vec<PathBuf> = task.answer_paths().iter().map(|p| canonical(p)).collect();
@@ -364,7 +491,7 @@ impl AgentTrials {
             hidden,
         };
         let path = dir.join(TrialConfig::FILE_NAME);
-        config.write(&path).map_err(|e| e.to_string())?;
+        config.write(&path)?;
         Ok(path)
     }
 
@@ -375,7 +502,7 @@ impl AgentTrials {
         config: &Path,
         workspace: &Path,
         cancel: CancellationToken,
-    ) -> Result<AgentRun, String> {
+    ) -> Result<Finished, TrialError> {
         let workspace_arg = workspace.display().to_string();
         let config_arg = config.display().to_string();
         let spec = ProcessSpec::new(self.options.anvil.display().to_string(), workspace)
@@ -396,9 +523,7 @@ impl AgentTrials {
             .env(self.options.env.clone())
             .timeout(Duration::from_secs(task.spec.timeout_secs))
             .capture(1024 * 1024, 64 * 1024);
-        let output = process::run(&spec, &cancel)
-            .await
-            .map_err(|e| format!("the agent could not run: {e}"))?;
+        let output = process::run(&spec, &cancel).await?;
         let stderr_tail = || {
             let text = output.stderr.text();
             let tail: String = text
@@ -412,39 +537,42 @@ impl AgentTrials {
             tail.trim().to_string()
         };
         let code = match output.termination {
-            Termination::Cancelled => return Ok(AgentRun::Cancelled),
+            Termination::Cancelled => return Err(TrialError::Cancelled),
             Termination::TimedOut => {
-                return Ok(AgentRun::Finished(Finished {
+                return Ok(Finished {
                     outcome: "timeout".into(),
                     steps: 0,
                     tokens: Tokens::default(),
                     cost_usd: None,
                     accounting: Accounting::Unknown,
-                }));
+                });
             }
             Termination::Signaled(signal) => {
-                return Err(format!(
-                    "the agent died from signal {signal}: {}",
-                    stderr_tail()
-                ));
+                return Err(AgentOutcomeError::Signaled {
+                    signal,
+                    stderr: stderr_tail(),
+                }
+                .into());
             }
             Termination::Exited(code) => code,
         };
         let stdout = output.stdout.text();
         let result = match HeadlessOutput::parse(&stdout) {
             None => {
-                return Err(format!(
-                    "the agent exited {code} without a JSON result: {}",
-                    stderr_tail()
-                ));
+                return Err(AgentOutcomeError::NoResult {
+                    code,
+                    stderr: stderr_tail(),
+                }
+                .into());
             }
-            Some(Err(e)) => return Err(format!("the agent exited {code}: {e}")),
+            Some(Err(source)) => return Err(AgentOutcomeError::BadResult { code, source }.into()),
             Some(Ok(HeadlessOutput::Setup(failure))) => {
-                return Err(format!(
-                    "the agent could not start (exit {code}, {}): {}",
-                    failure.outcome.as_str(),
-                    failure.error
-                ));
+                return Err(AgentOutcomeError::Setup {
+                    code,
+                    outcome: failure.outcome.as_str().to_string(),
+                    error: failure.error,
+                }
+                .into());
             }
             Some(Ok(HeadlessOutput::Turn(result))) => result,
         };
@@ -456,28 +584,31 @@ impl AgentTrials {
             | exit::PROTOCOL_STOPPED => {}
             exit::FAILED => {
                 if result.retryable == Some(true) {
-                    return Err(format!(
-                        "provider unreachable after retries: {}",
-                        result.error.as_deref().unwrap_or("")
-                    ));
+                    return Err(AgentOutcomeError::ProviderUnreachable {
+                        error: result.error.unwrap_or_default(),
+                    }
+                    .into());
                 }
             }
             _ => {
-                return Err(format!(
-                    "the agent exited {code} after a turn that ended {}: {}",
-                    result.outcome.as_str(),
-                    result.error.as_deref().unwrap_or("")
-                ));
+                return Err(AgentOutcomeError::UnexpectedExit {
+                    code,
+                    outcome: result.outcome.as_str().to_string(),
+                    error: result.error.unwrap_or_default(),
+                }
+                .into());
             }
         }
         let pinned = model.digest();
         if result.config_digest != pinned {
-            return Err(format!(
-                "the agent ran model {} with config {} instead of the pinned {pinned}",
-                result.model, result.config_digest
-            ));
+            return Err(AgentOutcomeError::NotThePinnedModel {
+                model: result.model,
+                ran: result.config_digest,
+                pinned,
+            }
+            .into());
         }
-        Ok(AgentRun::Finished(Finished {
+        Ok(Finished {
             outcome: result.outcome.as_str().to_string(),
             steps: result.steps,
             tokens: Tokens {
@@ -488,21 +619,8 @@ impl AgentTrials {
             },
             cost_usd: result.cost_usd,
             accounting: result.accounting,
-        }))
+        })
     }
-}
-
-fn keep_note(reason: String, ws: &workspace::Workspace, keep: bool) -> String {
-    if keep {
-        format!("{reason} (workspace: {})", ws.path().display())
-    } else {
-        reason
-    }
-}
-
-enum AgentRun {
-    Finished(Finished),
-    Cancelled,
 }
 
 struct Finished {

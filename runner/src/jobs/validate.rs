@@ -7,13 +7,28 @@
 //! [`HEADROOM`]× that time is refused: a check timeout must only ever come from the agent's
 //! code, never from a machine that is a little slow.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anvil_grader::tree::{self, CopyPolicy};
 use anvil_grader::{GradeOptions, GradeResult, Task, Verdict, digest, grade};
 use serde::Serialize;
 
-use crate::jobs::workspace::Workspaces;
+use crate::jobs::workspace::{WorkspaceError, Workspaces};
+
+/// Why a task could not be validated at all (an unsound task is a [`Validation`], not this).
+#[derive(Debug, thiserror::Error)]
+pub enum ValidateError {
+    #[error("cannot digest {}: {source}", dir.display())]
+    Digest {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error("cannot lay the solution over the workspace: {0}")]
+    Solution(#[from] tree::CopyError),
+}
 
 /// The least ratio of a task's check timeout to its reference solution's check time.
 pub const HEADROOM: f64 = 3.0;
@@ -30,20 +45,24 @@ pub struct Validation {
 }
 
 /// Validates `task`, making its workspaces under `root`.
-pub async fn validate(task: &Task, opts: &GradeOptions, root: &Path) -> Result<Validation, String> {
+pub async fn validate(
+    task: &Task,
+    opts: &GradeOptions,
+    root: &Path,
+) -> Result<Validation, ValidateError> {
     let key = digest::of_task(task)
-        .map_err(|e| format!("cannot digest {}: {e}", task.dir.display()))?
+        .map_err(|source| ValidateError::Digest {
+            dir: task.dir.clone(),
+            source,
+        })?
         .repo;
     let workspaces = Workspaces::new(root);
-    let untouched_ws = workspaces
-        .prepare(&task.repo(), &key, &format!("{}-untouched", task.spec.name))
-        .map_err(|e| e.to_string())?;
+    let untouched_ws =
+        workspaces.prepare(&task.repo(), &key, &format!("{}-untouched", task.spec.name))?;
     let untouched = grade(task, untouched_ws.path(), opts).await;
-    let solved_ws = workspaces
-        .prepare(&task.repo(), &key, &format!("{}-solved", task.spec.name))
-        .map_err(|e| e.to_string())?;
-    tree::copy(&task.solution(), solved_ws.path(), &CopyPolicy::default())
-        .map_err(|e| format!("cannot lay the solution over the workspace: {e}"))?;
+    let solved_ws =
+        workspaces.prepare(&task.repo(), &key, &format!("{}-solved", task.spec.name))?;
+    tree::copy(&task.solution(), solved_ws.path(), &CopyPolicy::default())?;
     let solved = grade(task, solved_ws.path(), opts).await;
     let timeout_ms = task.spec.check.timeout_secs * 1000;
     let problem = match (untouched.verdict, solved.verdict) {

@@ -6,23 +6,33 @@
 //! - a job whose sweep was cancelled, or whose trial already finished, is acknowledged without
 //!   running (deliveries are at least once);
 //! - the trial row is claimed for this attempt (fenced: never from a newer attempt);
-//! - a retry waits out an exponential backoff first;
 //! - the trial runs under a per-trial timeout, so a hung handler ends, and a watcher ends it
 //!   early when its sweep is cancelled;
 //! - a graded result is final; an infrastructure failure returns an error that apalis retries
 //!   until the job's attempt limit, after which it is recorded as `infra_error`. That is the
 //!   only retry layer.
+//!
+//! The backoff between attempts ([`anvil_llm::retry::Backoff`], the one exponential rule) is
+//! waited out **on the queue**, never in a handler: before returning the error, the handler
+//! moves the job's `run_at` into the future, and apalis only fetches a failed job again once
+//! its `run_at` has passed. The worker slot is free for other trials meanwhile. A lost
+//! worker's trial (re-queued by apalis when its heartbeat lapsed) is run again without a
+//! backoff: the heartbeat timeout has already been waited, and a dead worker says nothing
+//! about whether the infrastructure has recovered.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use anvil_llm::retry::Backoff;
 use anvil_report::TrialRecord;
 use apalis::prelude::{
-    Attempt, BackendExt, BoxDynError, Data, Monitor, WorkerBuilder, WorkerBuilderExt,
+    Attempt, BackendExt, BoxDynError, Data, Monitor, TaskId, WorkerBuilder, WorkerBuilderExt,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::jobs::queue::{Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms, on_storage};
+use crate::jobs::queue::{
+    Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms, on_storage, schedule_retry,
+};
 
 /// How one run of a trial ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,15 +95,12 @@ impl Default for WorkerOptions {
 }
 
 impl WorkerOptions {
-    /// The wait before `attempt` (1-based; the first attempt does not wait).
-    pub fn backoff_before(&self, attempt: u32) -> Duration {
-        if attempt <= 1 {
-            return Duration::ZERO;
+    /// The backoff between attempts of a trial whose infrastructure failed.
+    pub fn retry_backoff(&self) -> Backoff {
+        Backoff {
+            base: self.backoff,
+            cap: self.backoff_max,
         }
-        let doublings = (attempt - 2).min(20);
-        self.backoff
-            .saturating_mul(1u32 << doublings)
-            .min(self.backoff_max)
     }
 }
 
@@ -130,7 +137,8 @@ struct Shared {
 }
 
 impl Shared {
-    async fn process(&self, job: TrialJob, attempt: u32) -> Result<(), QueueError> {
+    /// Runs one delivery of `job`; `task` is its id in apalis's table.
+    async fn process(&self, job: TrialJob, attempt: u32, task: &str) -> Result<(), QueueError> {
         let key = job.key();
         if self.db.is_cancelled(&job.sweep).await? {
             self.db
@@ -164,10 +172,6 @@ impl Shared {
                 )
                 .await?;
             return Ok(());
-        }
-        let wait = self.options.backoff_before(attempt);
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
         }
         if !self.db.claim(&key, attempt, &self.name).await? {
             tracing::info!("{key}: attempt {attempt} superseded by a newer one");
@@ -224,6 +228,9 @@ impl Shared {
                     .finish(&key, attempt, TrialState::Retrying, None, Some(reason))
                     .await?;
                 if written {
+                    // The next attempt waits on the queue, not in this slot.
+                    let wait = self.options.retry_backoff().delay(attempt);
+                    schedule_retry(&self.db, task, &self.name, wait).await?;
                     return Err(QueueError::Retry {
                         key: key.to_string(),
                         attempt,
@@ -253,12 +260,13 @@ async fn watch_cancel(db: Db, sweep: String, cancel: CancellationToken, every: D
 async fn handle(
     job: TrialJob,
     attempt: Attempt,
+    id: TaskId,
     shared: Data<Arc<Shared>>,
 ) -> Result<(), BoxDynError> {
     // apalis counts attempts from 0 in storage and 1 once a delivery is running.
     let attempt = attempt.current().max(1) as u32;
     shared
-        .process(job, attempt)
+        .process(job, attempt, &id.to_string())
         .await
         .map_err(|e| Box::new(e) as BoxDynError)
 }

@@ -25,6 +25,16 @@ pub enum WorkspaceError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot list the workspaces in {dir}: {source}")]
+    List {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot remove the kept workspace {dir}: {source}")]
+    Remove {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("git {step} failed in {dir}: {reason}")]
     Git {
         step: String,
@@ -46,14 +56,45 @@ impl Workspace {
         &self.path
     }
 
-    /// Keeps the workspace on disk (for `--keep-workspaces`) and returns where it is.
+    /// Keeps the workspace on disk (for `--keep-workspaces`) and returns where it is now.
+    ///
+    /// Its directory is renamed from `p<pid>.<label>-<random>` to `kept.<label>-<random>`: the
+    /// owner prefix is what [`Workspaces::remove_stale`] deletes once the process is gone, and a
+    /// kept workspace must stay until the user removes it ([`Workspaces::remove_kept`],
+    /// `anvil-evals workspaces clean`). If the rename fails the directory is still kept, under
+    /// its old name, with a warning.
     pub fn keep(mut self) -> PathBuf {
-        if let Some(root) = self.root.take() {
-            let _ = root.keep();
+        let Some(root) = self.root.take() else {
+            return self.path.clone();
+        };
+        let root = root.keep();
+        let kept = root
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.split_once('.'))
+            .and_then(|(_, rest)| Some(root.parent()?.join(format!("{KEPT_PREFIX}{rest}"))));
+        let Some(kept) = kept else {
+            return self.path.clone();
+        };
+        match std::fs::rename(&root, &kept) {
+            Ok(()) => kept.join(WORKSPACE_DIR),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot rename the kept workspace {} to {}: {e}; a later worker may remove it",
+                    root.display(),
+                    kept.display()
+                );
+                self.path.clone()
+            }
         }
-        self.path.clone()
     }
 }
+
+/// The directory, inside a trial's own directory, that the agent works in.
+const WORKSPACE_DIR: &str = "workspace";
+
+/// Kept workspaces' directories start with this instead of their owner's pid.
+pub const KEPT_PREFIX: &str = "kept.";
 
 /// Makes workspaces under one root, with a template per repository content.
 #[derive(Debug, Clone)]
@@ -90,7 +131,7 @@ impl Workspaces {
                 under: self.root.clone(),
                 reason: e.to_string(),
             })?;
-        let path = root.path().join("workspace");
+        let path = root.path().join(WORKSPACE_DIR);
         copy_tree(&template.join("tree"), &path)?;
         borrow_git(&template.join("tree/.git"), &path.join(".git"))?;
         Ok(Workspace {
@@ -120,6 +161,42 @@ impl Workspaces {
             }
         }
         removed
+    }
+
+    /// The workspaces kept by `--keep-workspaces` (the directory the agent worked in), oldest
+    /// name first.
+    pub fn kept(&self) -> Result<Vec<PathBuf>, WorkspaceError> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(WorkspaceError::List {
+                    dir: self.root.clone(),
+                    source,
+                });
+            }
+        };
+        let mut kept: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(KEPT_PREFIX))
+            .map(|e| e.path().join(WORKSPACE_DIR))
+            .collect();
+        kept.sort();
+        Ok(kept)
+    }
+
+    /// Removes every kept workspace; returns how many. Templates and the workspaces of
+    /// running trials are left alone.
+    pub fn remove_kept(&self) -> Result<usize, WorkspaceError> {
+        let kept = self.kept()?;
+        for workspace in &kept {
+            let dir = workspace.parent().unwrap_or(workspace);
+            std::fs::remove_dir_all(dir).map_err(|source| WorkspaceError::Remove {
+                dir: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        Ok(kept.len())
     }
 
     /// The committed template of `repo` under `key`, made on first use.
@@ -381,6 +458,40 @@ mod tests {
         assert_eq!(workspaces.remove_stale(), 1);
         assert!(!abandoned.exists());
         assert!(live.path().exists(), "a live worker's workspace stays");
+        assert!(under.path().join("templates/k").exists(), "templates stay");
+    }
+
+    /// Regression: a kept workspace kept its owner's `p<pid>.` prefix, so once that process
+    /// had exited the next run's stale sweep deleted it.
+    #[test]
+    fn a_kept_workspace_loses_its_owner_prefix_and_is_removed_only_on_request() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.txt"), "one\n").unwrap();
+        let under = tempfile::tempdir().unwrap();
+        let workspaces = Workspaces::new(under.path());
+        let ws = workspaces.prepare(src.path(), "k", "t-m-0-a1").unwrap();
+        std::fs::write(ws.path().join("a.txt"), "the agent's change\n").unwrap();
+        let kept = ws.keep();
+        let dir = kept
+            .parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap();
+        assert!(dir.starts_with("kept.t-m-0-a1-"), "{dir}");
+        assert_eq!(owner_pid(dir), None, "no owner whose death would remove it");
+        assert_eq!(
+            std::fs::read_to_string(kept.join("a.txt")).unwrap(),
+            "the agent's change\n"
+        );
+        assert_eq!(workspaces.remove_stale(), 0);
+        assert_eq!(workspaces.kept().unwrap(), vec![kept.clone()]);
+        let running = workspaces.prepare(src.path(), "k", "running").unwrap();
+        assert_eq!(workspaces.remove_kept().unwrap(), 1);
+        assert!(!kept.parent().unwrap().exists());
+        assert!(workspaces.kept().unwrap().is_empty());
+        assert!(running.path().exists(), "a running trial's workspace stays");
         assert!(under.path().join("templates/k").exists(), "templates stay");
     }
 

@@ -207,3 +207,40 @@ impl Db {
         on_pool!(self, pool => pool.close().await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// sqlx refuses to open a database where an applied migration's text has changed since
+    /// (its checksum is stored), so a migration file, comments included, must never be edited
+    /// once released: correct it in a new migration. This pins each file's checksum.
+    #[test]
+    fn released_migrations_are_never_edited() {
+        let checksums = |postgres: bool| -> Vec<(i64, String)> {
+            anvil_migrator(postgres)
+                .iter()
+                .map(|m| {
+                    let hex = hex::encode(&m.checksum[..8]);
+                    (m.version, hex)
+                })
+                .collect()
+        };
+        assert_eq!(
+            checksums(false),
+            [
+                (20261130000001, "e74e9562afe80d36".to_string()),
+                (20261201000001, "e1d8cc7381c25181".to_string()),
+                (20261201000002, "bf999bada09bad63".to_string()),
+            ]
+        );
+        assert_eq!(
+            checksums(true),
+            [
+                (20261130000001, "02492f9590021f6c".to_string()),
+                (20261201000001, "383474c02a29a0ba".to_string()),
+                (20261201000002, "14f8262e0ac4e2e2".to_string()),
+            ]
+        );
+    }
+}

@@ -1,6 +1,8 @@
 //! The job apalis carries: one trial of a sweep. Its queue name is fixed here (never the Rust
 //! type name, so renaming the type cannot orphan queued jobs), and so is its attempt limit.
 
+use std::time::Duration;
+
 use apalis::prelude::{TaskBuilder, TaskSink};
 use futures::stream;
 use serde::{Deserialize, Serialize};
@@ -96,14 +98,14 @@ async fn existing_keys(
         "SELECT idempotency_key FROM {} WHERE job_type = $1 AND substr(idempotency_key, 1, $3) = $2",
         jobs_table(db)
     ));
-    let rows: Vec<(Option<String>,)> = on_pool!(db, pool => sqlx::query_as(sql)
+    let keys: Vec<Option<String>> = on_pool!(db, pool => sqlx::query_scalar(sql)
         .bind(QUEUE_NAME)
         .bind(&prefix)
         .bind(chars)
         .fetch_all(pool)
         .await)
     .map_err(QueueError::sql("reading the queued jobs"))?;
-    Ok(rows.into_iter().filter_map(|(k,)| k).collect())
+    Ok(keys.into_iter().flatten().collect())
 }
 
 /// Pushes one job per key. `max_attempts` is the only retry limit: the worker's handler turns
@@ -136,4 +138,45 @@ pub async fn enqueue(db: &Db, keys: &[TrialKey], max_attempts: u32) -> Result<()
         .push_all(&mut stream::iter(tasks))
         .await
         .map_err(|e| err(e.to_string())))
+}
+
+/// Moves the `run_at` of job `task`, still locked by `worker`, `wait` into the future: apalis
+/// fetches a failed job again only once its `run_at` has passed, so a retry scheduled here
+/// waits on the queue instead of in a worker slot. Call it before the handler returns the
+/// error (apalis's acknowledgement leaves `run_at` alone). SQLite's `run_at` is in whole
+/// seconds of the workers' clock, so the wait is rounded up to the next second there;
+/// Postgres compares with its own `now()`, to the microsecond.
+pub(crate) async fn schedule_retry(
+    db: &Db,
+    task: &str,
+    worker: &str,
+    wait: Duration,
+) -> Result<(), QueueError> {
+    let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX / 2);
+    let context = format!("scheduling the retry of job {task}");
+    match db {
+        Db::Sqlite(pool) => {
+            let run_at = (super::now_ms().saturating_add(wait_ms) + 999) / 1000;
+            sqlx::query("UPDATE Jobs SET run_at = $1 WHERE id = $2 AND lock_by = $3")
+                .bind(run_at)
+                .bind(task)
+                .bind(worker)
+                .execute(pool)
+                .await
+                .map_err(QueueError::sql(context))?;
+        }
+        Db::Postgres(pool) => {
+            sqlx::query(
+                "UPDATE apalis.jobs SET run_at = now() + $1::bigint * interval '1 millisecond' \
+                 WHERE id = $2 AND lock_by = $3",
+            )
+            .bind(wait_ms)
+            .bind(task)
+            .bind(worker)
+            .execute(pool)
+            .await
+            .map_err(QueueError::sql(context))?;
+        }
+    }
+    Ok(())
 }

@@ -22,10 +22,7 @@ impl QueueLocation {
     pub fn parse(text: &str) -> Result<Self, QueueError> {
         let text = text.trim();
         if text.is_empty() {
-            return Err(QueueError::Location {
-                given: text.into(),
-                reason: "it is empty".into(),
-            });
+            return Err(QueueError::EmptyLocation);
         }
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             return Ok(Self::Postgres(text.to_string()));
@@ -35,19 +32,13 @@ impl QueueLocation {
         } else if let Some(rest) = text.strip_prefix("sqlite:") {
             rest
         } else if text.contains("://") {
-            return Err(QueueError::Location {
-                given: text.into(),
-                reason: "only postgres:// URLs and SQLite file paths are supported".into(),
-            });
+            return Err(QueueError::UnsupportedScheme { given: text.into() });
         } else {
             text
         };
         let path = path.split('?').next().unwrap_or(path);
         if path.is_empty() || path == ":memory:" {
-            return Err(QueueError::Location {
-                given: text.into(),
-                reason: "a SQLite queue needs a file path that every worker can open".into(),
-            });
+            return Err(QueueError::NoSharedFile { given: text.into() });
         }
         Ok(Self::Sqlite(PathBuf::from(path)))
     }
@@ -56,10 +47,7 @@ impl QueueLocation {
     pub fn default_location() -> Result<Self, QueueError> {
         anvil_llm::config::data_dir()
             .map(|d| Self::Sqlite(d.join(DEFAULT_FILE)))
-            .ok_or_else(|| QueueError::Location {
-                given: String::new(),
-                reason: "this system has no data directory; pass --queue".into(),
-            })
+            .ok_or(QueueError::NoDataDir)
     }
 
     /// `given`, or the default.

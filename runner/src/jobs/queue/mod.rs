@@ -22,18 +22,25 @@ mod watch;
 pub use db::Db;
 pub(crate) use db::on_pool;
 pub use job::{QUEUE_NAME, TrialJob, enqueue};
-pub(crate) use job::{jobs_table, on_storage};
+pub(crate) use job::{jobs_table, on_storage, schedule_retry};
 pub use location::{DEFAULT_FILE, QueueLocation};
 pub use store::{
-    Counts, RunningTrial, SweepRow, SweepStart, TrialKey, TrialState, WorkerRow, now_ms,
+    Counts, RunningTrial, SweepRow, SweepStart, SweepSummary, TrialKey, TrialState, WorkerRow,
+    now_ms,
 };
 pub use watch::{CHECK_TIMEOUT, DbWatch};
 
 /// What went wrong with the queue, said for the person who must act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
-    #[error("--queue '{given}': {reason}")]
-    Location { given: String, reason: String },
+    #[error("--queue is empty")]
+    EmptyLocation,
+    #[error("--queue '{given}': only postgres:// URLs and SQLite file paths are supported")]
+    UnsupportedScheme { given: String },
+    #[error("--queue '{given}': a SQLite queue needs a file path that every worker can open")]
+    NoSharedFile { given: String },
+    #[error("this system has no data directory for the default queue; pass --queue")]
+    NoDataDir,
     #[error("cannot open the queue at {location}: {reason}")]
     Open { location: String, reason: String },
     #[error(
@@ -51,8 +58,10 @@ pub enum QueueError {
         #[source]
         source: sqlx::Error,
     },
-    #[error("sweep {id}: {reason}")]
-    Sweep { id: String, reason: String },
+    #[error("sweep {id} vanished while being recorded")]
+    SweepVanished { id: String },
+    #[error("sweep {id}: no such sweep in this queue (see `anvil-evals status`)")]
+    NoSuchSweep { id: String },
     #[error("trial {key}, attempt {attempt}: {reason} (will be retried)")]
     Retry {
         key: String,

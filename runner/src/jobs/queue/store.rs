@@ -149,24 +149,129 @@ pub struct WorkerRow {
     pub stopped: bool,
 }
 
-type KeyRow = (String, String, String, i64);
-/// sweep, task, model, trial, attempt, worker, started_at_ms
-type RunningRow = (
-    String,
-    String,
-    String,
-    i64,
-    i64,
-    Option<String>,
-    Option<i64>,
-);
+/// A sweep in the list of sweeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepSummary {
+    pub id: String,
+    pub created_at_ms: i64,
+    pub cancelled: bool,
+}
 
-fn key_of(row: KeyRow) -> TrialKey {
-    TrialKey {
-        sweep: row.0,
-        task: row.1,
-        model: row.2,
-        trial: row.3.max(0) as u32,
+// Rows as the tables hold them (integers as i64, flags as 0/1), read by column name and turned
+// into the types above in one place each.
+
+#[derive(sqlx::FromRow)]
+struct KeyRow {
+    sweep: String,
+    task: String,
+    model: String,
+    trial: i64,
+}
+
+impl From<KeyRow> for TrialKey {
+    fn from(row: KeyRow) -> Self {
+        TrialKey {
+            sweep: row.sweep,
+            task: row.task,
+            model: row.model,
+            trial: row.trial.max(0) as u32,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct SweepDbRow {
+    id: String,
+    created_at_ms: i64,
+    spec: String,
+    fingerprint: String,
+    anvil_git_sha: String,
+    cancelled: i64,
+}
+
+impl From<SweepDbRow> for SweepRow {
+    fn from(row: SweepDbRow) -> Self {
+        SweepRow {
+            id: row.id,
+            created_at_ms: row.created_at_ms,
+            spec: row.spec,
+            fingerprint: row.fingerprint,
+            anvil_git_sha: row.anvil_git_sha,
+            cancelled: row.cancelled != 0,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct SweepSummaryRow {
+    id: String,
+    created_at_ms: i64,
+    cancelled: i64,
+}
+
+impl From<SweepSummaryRow> for SweepSummary {
+    fn from(row: SweepSummaryRow) -> Self {
+        SweepSummary {
+            id: row.id,
+            created_at_ms: row.created_at_ms,
+            cancelled: row.cancelled != 0,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct StateRow {
+    state: String,
+    attempt: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct CountRow {
+    state: String,
+    trials: i64,
+    passed: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct RunningRow {
+    #[sqlx(flatten)]
+    key: KeyRow,
+    attempt: i64,
+    worker: Option<String>,
+    started_at_ms: Option<i64>,
+}
+
+impl From<RunningRow> for RunningTrial {
+    fn from(row: RunningRow) -> Self {
+        RunningTrial {
+            key: row.key.into(),
+            attempt: row.attempt.max(0) as u32,
+            worker: row.worker,
+            started_at_ms: row.started_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct WorkerDbRow {
+    name: String,
+    host: String,
+    pid: i64,
+    started_at_ms: i64,
+    last_heartbeat_ms: i64,
+    stopped: i64,
+}
+
+impl From<WorkerDbRow> for WorkerRow {
+    fn from(row: WorkerDbRow) -> Self {
+        WorkerRow {
+            name: row.name,
+            host: row.host,
+            pid: row.pid,
+            started_at_ms: row.started_at_ms,
+            last_heartbeat_ms: row.last_heartbeat_ms,
+            stopped: row.stopped != 0,
+        }
     }
 }
 
@@ -191,10 +296,7 @@ impl Db {
         let stored = self
             .sweep(&row.id)
             .await?
-            .ok_or_else(|| QueueError::Sweep {
-                id: row.id.clone(),
-                reason: "vanished while being recorded".into(),
-            })?;
+            .ok_or_else(|| QueueError::SweepVanished { id: row.id.clone() })?;
         if stored.fingerprint == row.fingerprint {
             Ok(SweepStart::Resumed)
         } else {
@@ -205,30 +307,20 @@ impl Db {
     pub async fn sweep(&self, id: &str) -> Result<Option<SweepRow>, QueueError> {
         const SQL: &str = "SELECT id, created_at_ms, spec, fingerprint, anvil_git_sha, cancelled \
              FROM anvil_sweeps WHERE id = $1";
-        let row: Option<(String, i64, String, String, String, i64)> =
+        let row: Option<SweepDbRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(id).fetch_optional(pool).await)
                 .map_err(QueueError::sql(format!("reading sweep {id}")))?;
-        Ok(row.map(|r| SweepRow {
-            id: r.0,
-            created_at_ms: r.1,
-            spec: r.2,
-            fingerprint: r.3,
-            anvil_git_sha: r.4,
-            cancelled: r.5 != 0,
-        }))
+        Ok(row.map(SweepRow::from))
     }
 
-    /// Every sweep id, newest first.
-    pub async fn sweeps(&self) -> Result<Vec<(String, i64, bool)>, QueueError> {
+    /// Every sweep, newest first.
+    pub async fn sweeps(&self) -> Result<Vec<SweepSummary>, QueueError> {
         const SQL: &str =
             "SELECT id, created_at_ms, cancelled FROM anvil_sweeps ORDER BY created_at_ms DESC";
-        let rows: Vec<(String, i64, i64)> =
+        let rows: Vec<SweepSummaryRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await)
                 .map_err(QueueError::sql("listing sweeps"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, at, c)| (id, at, c != 0))
-            .collect())
+        Ok(rows.into_iter().map(SweepSummary::from).collect())
     }
 
     /// Adds trial rows that are not there yet (one transaction).
@@ -258,7 +350,7 @@ impl Db {
         let rows: Vec<KeyRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
                 .map_err(QueueError::sql(format!("listing trials of {sweep}")))?;
-        Ok(rows.into_iter().map(key_of).collect())
+        Ok(rows.into_iter().map(TrialKey::from).collect())
     }
 
     /// The state and attempt of one trial.
@@ -268,7 +360,7 @@ impl Db {
     ) -> Result<Option<(TrialState, u32)>, QueueError> {
         const SQL: &str = "SELECT state, attempt FROM anvil_trials \
              WHERE sweep = $1 AND task = $2 AND model = $3 AND trial = $4";
-        let row: Option<(String, i64)> = on_pool!(self, pool => sqlx::query_as(SQL)
+        let row: Option<StateRow> = on_pool!(self, pool => sqlx::query_as(SQL)
             .bind(&key.sweep)
             .bind(&key.task)
             .bind(&key.model)
@@ -276,7 +368,7 @@ impl Db {
             .fetch_optional(pool)
             .await)
         .map_err(QueueError::sql(format!("reading trial {key}")))?;
-        Ok(row.and_then(|(s, a)| TrialState::parse(&s).map(|s| (s, a.max(0) as u32))))
+        Ok(row.and_then(|r| TrialState::parse(&r.state).map(|s| (s, r.attempt.max(0) as u32))))
     }
 
     /// Takes a trial for `attempt`: only from an unfinished state and only forward (a newer
@@ -365,10 +457,7 @@ impl Db {
             .map(|r| r.rows_affected()))
         .map_err(QueueError::sql(format!("cancelling {sweep}")))?;
         if found == 0 {
-            return Err(QueueError::Sweep {
-                id: sweep.into(),
-                reason: "no such sweep in this queue (see `anvil-evals status`)".into(),
-            });
+            return Err(QueueError::NoSuchSweep { id: sweep.into() });
         }
         on_pool!(self, pool => sqlx::query(TRIALS).bind(sweep).bind(now_ms()).execute(pool).await
             .map(|r| r.rows_affected()))
@@ -386,17 +475,18 @@ impl Db {
     }
 
     pub async fn counts(&self, sweep: &str) -> Result<Counts, QueueError> {
-        const SQL: &str = "SELECT state, COUNT(*), SUM(CASE WHEN pass = 1 THEN 1 ELSE 0 END) \
+        const SQL: &str = "SELECT state, COUNT(*) AS trials, \
+             SUM(CASE WHEN pass = 1 THEN 1 ELSE 0 END) AS passed \
              FROM anvil_trials WHERE sweep = $1 GROUP BY state";
-        let rows: Vec<(String, i64, Option<i64>)> =
+        let rows: Vec<CountRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
                 .map_err(QueueError::sql(format!("counting trials of {sweep}")))?;
         let mut counts = Counts::default();
-        for (state, n, passed) in rows {
-            if let Some(state) = TrialState::parse(&state) {
-                counts.by_state.insert(state, n.max(0) as u64);
+        for row in rows {
+            if let Some(state) = TrialState::parse(&row.state) {
+                counts.by_state.insert(state, row.trials.max(0) as u64);
             }
-            counts.passed += passed.unwrap_or(0).max(0) as u64;
+            counts.passed += row.passed.unwrap_or(0).max(0) as u64;
         }
         Ok(counts)
     }
@@ -406,10 +496,8 @@ impl Db {
         const SQL: &str = "SELECT record FROM anvil_trials \
              WHERE sweep = $1 AND state IN ('done', 'infra_error') AND record IS NOT NULL \
              ORDER BY task, model, trial";
-        let rows: Vec<(String,)> =
-            on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
-                .map_err(QueueError::sql(format!("reading the results of {sweep}")))?;
-        Ok(rows.into_iter().map(|(r,)| r).collect())
+        on_pool!(self, pool => sqlx::query_scalar(SQL).bind(sweep).fetch_all(pool).await)
+            .map_err(QueueError::sql(format!("reading the results of {sweep}")))
     }
 
     /// Trials being run now, in `sweep` or in every sweep.
@@ -420,15 +508,7 @@ impl Db {
         let rows: Vec<RunningRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
                 .map_err(QueueError::sql("listing running trials"))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| RunningTrial {
-                key: key_of((r.0, r.1, r.2, r.3)),
-                attempt: r.4.max(0) as u32,
-                worker: r.5,
-                started_at_ms: r.6,
-            })
-            .collect())
+        Ok(rows.into_iter().map(RunningTrial::from).collect())
     }
 
     pub async fn register_worker(&self, w: &WorkerRow) -> Result<(), QueueError> {
@@ -464,20 +544,10 @@ impl Db {
     pub async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerRow>, QueueError> {
         const SQL: &str = "SELECT name, host, pid, started_at_ms, last_heartbeat_ms, stopped \
              FROM anvil_workers WHERE last_heartbeat_ms >= $1 ORDER BY last_heartbeat_ms DESC";
-        let rows: Vec<(String, String, i64, i64, i64, i64)> =
+        let rows: Vec<WorkerDbRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(since_ms).fetch_all(pool).await)
                 .map_err(QueueError::sql("listing workers"))?;
-        Ok(rows
-            .into_iter()
-            .map(|r| WorkerRow {
-                name: r.0,
-                host: r.1,
-                pid: r.2,
-                started_at_ms: r.3,
-                last_heartbeat_ms: r.4,
-                stopped: r.5 != 0,
-            })
-            .collect())
+        Ok(rows.into_iter().map(WorkerRow::from).collect())
     }
 
     /// Jobs waiting in the queue (apalis's tables): pending, fetched by a worker but not started,
