@@ -139,12 +139,7 @@ pub async fn interactive(
                     let _ = writeln!(out, "{}", style.dim("    …"));
                 }
             }
-            AgentEvent::Usage { usage: u } => {
-                usage.input += u.input;
-                usage.output += u.output;
-                usage.cache_read += u.cache_read;
-                usage.cache_write += u.cache_write;
-            }
+            AgentEvent::Usage { usage: u } => usage += u,
             AgentEvent::StepFailed { error, .. } => {
                 line_break(&mut out, &mut at_line_start);
                 let _ = writeln!(out, "{}", style.red(&format!("error: {error}")));
