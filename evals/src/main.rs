@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use anvil_grader::{GradeOptions, Task, Verdict, find_tasks, grade};
 use anvil_report::render;
-use anvil_report::summary::{Trials, report};
+use anvil_report::{Trials, report};
 use anvil_runner::jobs::validate::validate;
 use clap::{Parser, Subcommand, ValueEnum};
 

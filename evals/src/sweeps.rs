@@ -337,9 +337,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     })?;
     let counts = db.counts(&id).await?;
     let records = db.records(&id).await?;
-    let trials = anvil_report::summary::Trials::read(records.join("\n").as_bytes(), &id)
+    let trials = anvil_report::Trials::read(records.join("\n").as_bytes(), &id)
         .map_err(|e| anyhow!("reading the results of {id}: {e}"))?;
-    let report = anvil_report::summary::report(&trials, &args.k, None);
+    let report = anvil_report::report(&trials, &args.k, None);
     out_raw!("{}", anvil_report::render::table(&report));
     let incomplete = counts.get(TrialState::InfraError)
         + counts.get(TrialState::Cancelled)

@@ -38,6 +38,26 @@ impl Usage {
     }
 }
 
+/// Field by field: the usage of several responses (a turn, a session) is their sum.
+impl std::ops::Add for Usage {
+    type Output = Usage;
+
+    fn add(self, other: Usage) -> Usage {
+        Usage {
+            input: self.input + other.input,
+            output: self.output + other.output,
+            cache_read: self.cache_read + other.cache_read,
+            cache_write: self.cache_write + other.cache_write,
+        }
+    }
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        *self = *self + other;
+    }
+}
+
 /// Why a response ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "reason", content = "detail", rename_all = "snake_case")]
@@ -119,6 +139,33 @@ mod tests {
             }
         );
         assert_eq!(u.total_input(), 170);
+    }
+
+    #[test]
+    fn usages_add_field_by_field() {
+        let a = Usage {
+            input: 1,
+            output: 2,
+            cache_read: 3,
+            cache_write: 4,
+        };
+        let b = Usage {
+            input: 10,
+            output: 20,
+            cache_read: 30,
+            cache_write: 40,
+        };
+        let sum = Usage {
+            input: 11,
+            output: 22,
+            cache_read: 33,
+            cache_write: 44,
+        };
+        assert_eq!(a + b, sum);
+        let mut total = Usage::default();
+        total += a;
+        total += b;
+        assert_eq!(total, sum);
     }
 
     #[test]

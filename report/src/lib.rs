@@ -3,16 +3,28 @@
 //! runtime, no HTTP, no database.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// Per-model counts and metrics over tasks.
+pub mod aggregate;
+/// Paired comparison against a baseline.
+pub mod compare;
 /// pass@k and pass^k per task.
 pub mod estimators;
 /// Wilson, clustered and bootstrap intervals.
 pub mod intervals;
+/// The metrics a report shows (pass@k, pass^k).
+pub mod metric;
+/// Reading results files (`Trials::read`, `Trials::read_file`).
+mod read;
 /// The versioned trial record (JSONL).
 pub mod record;
 /// Table, JSON and HTML output.
 pub mod render;
-/// Aggregation and the Report.
+/// The Report, from trials.
 pub mod summary;
+/// Trials, one per key, superseded attempts apart.
+pub mod trials;
 
+pub use metric::Metric;
 pub use record::{SCHEMA_VERSION, TrialRecord};
-pub use summary::{Report, Trials, report};
+pub use summary::{Report, report};
+pub use trials::Trials;

@@ -6,8 +6,9 @@ use std::fmt::Write;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
+use crate::compare::Verdict;
 use crate::intervals::Interval;
-use crate::summary::{Report, Verdict};
+use crate::summary::Report;
 
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "—".into(), |v| format!("{:.1}%", v * 100.0))
@@ -29,7 +30,7 @@ pub fn table(r: &Report) -> String {
     let metric_names: Vec<String> = r
         .models
         .first()
-        .map(|m| m.metrics.iter().map(|x| x.name.clone()).collect())
+        .map(|m| m.metrics.iter().map(|x| x.metric.to_string()).collect())
         .unwrap_or_default();
     let mut header = vec![
         "model".to_string(),
@@ -179,7 +180,7 @@ pub fn table(r: &Report) -> String {
         for c in base {
             t.add_row([
                 c.model.clone(),
-                c.metric.clone(),
+                c.metric.to_string(),
                 pct(Some(c.baseline)),
                 pct(Some(c.current)),
                 format!("{:+.1} pts{}", c.diff * 100.0, ci(c.ci)),
@@ -229,7 +230,7 @@ pub fn html(r: &Report) -> String {
     );
     if let Some(m) = r.models.first() {
         for x in &m.metrics {
-            let _ = write!(h, "<th>{} (95% CI)</th>", esc(&x.name));
+            let _ = write!(h, "<th>{} (95% CI)</th>", esc(&x.metric.to_string()));
         }
     }
     h.push_str("<th>mean steps</th><th>mean cost</th><th>p50 duration</th></tr>");
@@ -464,7 +465,7 @@ pub fn html(r: &Report) -> String {
                 h,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:+.1} pts{}</td><td>{}</td><td class=\"{class}\">{verdict}</td></tr>",
                 esc(&c.model),
-                esc(&c.metric),
+                esc(&c.metric.to_string()),
                 pct(Some(c.baseline)),
                 pct(Some(c.current)),
                 c.diff * 100.0,

@@ -3,9 +3,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
+use anvil_report::compare::Verdict;
 use anvil_report::record::{Accounting, CheckOutcome, Digests, TamperFinding, Tokens};
-use anvil_report::summary::Verdict;
-use anvil_report::{SCHEMA_VERSION, TrialRecord, Trials, render, report};
+use anvil_report::{Metric, SCHEMA_VERSION, TrialRecord, Trials, render, report};
 
 fn record(
     task: &str,
@@ -79,11 +79,14 @@ fn per_model_metrics_infra_apart_and_unknown_cost() {
     assert_eq!(alpha.model, "alpha");
     assert_eq!(alpha.graded_trials, 20);
     let p1 = &alpha.metrics[0];
-    assert_eq!(p1.name, "pass@1");
+    assert_eq!(p1.metric, Metric::PassAt(1));
     assert!((p1.value.unwrap() - (1.0 + 0.6 + 0.0 + 1.0) / 4.0).abs() < 1e-12);
     assert!(p1.ci.is_some() && p1.bootstrap_ci.is_some());
-    let names: Vec<&str> = alpha.metrics.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(names, ["pass@1", "pass@3", "pass^3"]);
+    let names: Vec<Metric> = alpha.metrics.iter().map(|m| m.metric).collect();
+    assert_eq!(
+        names,
+        [Metric::PassAt(1), Metric::PassAt(3), Metric::PassHat(3)]
+    );
     // pass^3 for task-01 (n=5, c=3) is C(3,3)/C(5,3) = 0.1.
     let hat = alpha.metrics[2].value.unwrap();
     assert!((hat - (1.0 + 0.1 + 0.0 + 1.0) / 4.0).abs() < 1e-12, "{hat}");
@@ -319,7 +322,7 @@ fn baseline_regressions_are_flagged_only_when_the_interval_excludes_zero() {
     let cmp = r.baseline.as_ref().unwrap();
     let alpha = cmp
         .iter()
-        .find(|c| c.model == "alpha" && c.metric == "pass@1")
+        .find(|c| c.model == "alpha" && c.metric == Metric::PassAt(1))
         .unwrap();
     assert_eq!(alpha.verdict, Verdict::Regression);
     assert!((alpha.diff + 0.6).abs() < 1e-12);
@@ -327,7 +330,7 @@ fn baseline_regressions_are_flagged_only_when_the_interval_excludes_zero() {
     assert_eq!((alpha.baseline_trials, alpha.current_trials), (60, 60));
     let beta = cmp
         .iter()
-        .find(|c| c.model == "beta" && c.metric == "pass@1")
+        .find(|c| c.model == "beta" && c.metric == Metric::PassAt(1))
         .unwrap();
     assert_eq!(beta.verdict, Verdict::NoSignificantChange);
     assert!(render::table(&r).contains("REGRESSION"));
@@ -391,7 +394,7 @@ fn contradictory_records_and_impossible_costs_are_refused() {
             .replace("COST", cost)
             .replace("EXTRA", extra)
     };
-    let read = |text: String| anvil_report::summary::Trials::read(text.as_bytes(), "r.jsonl");
+    let read = |text: String| anvil_report::Trials::read(text.as_bytes(), "r.jsonl");
     assert!(read(line("true", "0.5", "")).is_ok());
     for (pass, cost, extra, want) in [
         (

@@ -97,10 +97,7 @@ impl SessionState {
                 self.open_calls.remove(at);
             }
             Record::Usage { usage } => {
-                self.usage.input += usage.input;
-                self.usage.output += usage.output;
-                self.usage.cache_read += usage.cache_read;
-                self.usage.cache_write += usage.cache_write;
+                self.usage += usage;
                 self.responses += 1;
             }
             Record::CheckpointRecorded { id, .. } => self.checkpoints.push(id),

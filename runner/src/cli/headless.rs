@@ -213,12 +213,7 @@ async fn render(
     while let Some(event) = events.recv().await {
         match &event {
             AgentEvent::StepStarted { .. } => summary.steps += 1,
-            AgentEvent::Usage { usage } => {
-                summary.usage.input += usage.input;
-                summary.usage.output += usage.output;
-                summary.usage.cache_read += usage.cache_read;
-                summary.usage.cache_write += usage.cache_write;
-            }
+            AgentEvent::Usage { usage } => summary.usage += *usage,
             _ => {}
         }
         if format == OutputFormat::StreamJson && !summary.stdout_closed {

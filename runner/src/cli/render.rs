@@ -177,12 +177,7 @@ impl<W: Write> Renderer<W> {
                     let _ = writeln!(out, "{}", style.dim("    …"));
                 }
             }
-            AgentEvent::Usage { usage: u } => {
-                self.usage.input += u.input;
-                self.usage.output += u.output;
-                self.usage.cache_read += u.cache_read;
-                self.usage.cache_write += u.cache_write;
-            }
+            AgentEvent::Usage { usage: u } => self.usage += u,
             AgentEvent::StepFailed { error, .. } => {
                 self.line_break();
                 let _ = writeln!(self.out, "{}", style.red(&format!("error: {error}")));

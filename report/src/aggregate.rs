@@ -1,0 +1,212 @@
+//! Aggregation: per (model, task) counts first, then per model the mean over tasks of each
+//! metric's per-task estimate, with intervals that treat tasks as the unit. Infrastructure
+//! failures are counted apart (never as fails); tampered trials count as graded fails.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Serialize, Serializer};
+
+use crate::intervals::{Interval, Z95, bootstrap_mean, clustered_mean, wilson};
+use crate::metric::Metric;
+use crate::trials::Trials;
+
+/// Resamples for the bootstrap interval, and its fixed seed.
+pub const BOOTSTRAP_RESAMPLES: usize = 2000;
+pub const BOOTSTRAP_SEED: u64 = 0x0061_6e76_696c; // "anvil"
+
+/// One (model, task) cell.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TaskCell {
+    pub task: String,
+    /// Graded trials (infrastructure failures excluded; tampered ones included, as fails).
+    pub n: u32,
+    /// Passed trials.
+    pub c: u32,
+    pub infra_errors: u32,
+    /// Graded trials whose workspace changed test infrastructure (counted as fails).
+    pub tampered: u32,
+    pub rate: Option<f64>,
+    pub wilson: Option<Interval>,
+}
+
+/// One metric for one model: the mean over tasks of the per-task estimate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MetricValue {
+    /// In the JSON as `"name": "pass^3", "k": 3`.
+    #[serde(flatten, serialize_with = "name_and_k")]
+    pub metric: Metric,
+    pub value: Option<f64>,
+    /// Clustered standard error interval (tasks are the clusters).
+    pub ci: Option<Interval>,
+    /// Seeded percentile bootstrap over tasks.
+    pub bootstrap_ci: Option<Interval>,
+    /// Tasks with at least k graded trials (the others cannot be estimated).
+    pub tasks: usize,
+}
+
+fn name_and_k<S: Serializer>(metric: &Metric, serializer: S) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct NameAndK {
+        name: Metric,
+        k: u32,
+    }
+    NameAndK {
+        name: *metric,
+        k: metric.k(),
+    }
+    .serialize(serializer)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelReport {
+    pub model: String,
+    pub tasks: usize,
+    pub graded_trials: u64,
+    pub infra_errors: u64,
+    /// Graded trials whose workspace changed test infrastructure: counted as fails, never as
+    /// passes, and listed with their findings in [`crate::summary::Report::tampered`].
+    pub tampered: u64,
+    pub metrics: Vec<MetricValue>,
+    pub mean_steps: Option<f64>,
+    /// Mean cost over the trials whose cost is known; `None` when none is.
+    pub mean_cost_usd: Option<f64>,
+    pub cost_unknown_trials: u64,
+    pub p50_duration_ms: Option<u64>,
+    pub cells: Vec<TaskCell>,
+}
+
+/// One (model, task)'s counts.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Counts {
+    /// Graded.
+    pub(crate) n: u32,
+    /// Passed.
+    pub(crate) c: u32,
+    pub(crate) infra: u32,
+    pub(crate) tampered: u32,
+}
+
+/// One model's counts over all its trials, per task and in total.
+#[derive(Debug, Default)]
+pub(crate) struct ModelStats {
+    /// By task id (of the [`Trials`] they came from).
+    pub(crate) per_task: BTreeMap<u32, Counts>,
+    pub(crate) steps: u64,
+    pub(crate) graded: u64,
+    pub(crate) infra: u64,
+    pub(crate) tampered: u64,
+    pub(crate) cost_sum: f64,
+    pub(crate) cost_known: u64,
+    pub(crate) cost_unknown: u64,
+    pub(crate) durations: Vec<u64>,
+}
+
+/// Counts per model, by model name.
+pub(crate) fn model_stats(trials: &Trials) -> BTreeMap<String, ModelStats> {
+    let mut by_model: HashMap<u32, ModelStats> = HashMap::new();
+    for r in &trials.rows {
+        let s = by_model.entry(r.key.model).or_default();
+        let cell = s.per_task.entry(r.key.task).or_default();
+        match r.pass {
+            None => {
+                cell.infra += 1;
+                s.infra += 1;
+                continue;
+            }
+            Some(p) => {
+                cell.n += 1;
+                cell.c += u32::from(p && !r.tampered);
+            }
+        }
+        if r.tampered {
+            cell.tampered += 1;
+            s.tampered += 1;
+        }
+        s.graded += 1;
+        s.steps += u64::from(r.steps);
+        match r.cost {
+            Some(c) => {
+                s.cost_sum += c;
+                s.cost_known += 1;
+            }
+            None => s.cost_unknown += 1,
+        }
+        s.durations.push(r.duration_ms);
+    }
+    by_model
+        .into_iter()
+        .map(|(id, s)| (trials.models.name(id).to_string(), s))
+        .collect()
+}
+
+impl ModelStats {
+    /// `metric` per task, by task id; tasks with fewer than k graded trials are left out.
+    pub(crate) fn per_task(&self, metric: Metric) -> BTreeMap<u32, f64> {
+        self.per_task
+            .iter()
+            .filter(|(_, counts)| counts.n >= metric.k() && counts.n > 0)
+            .filter_map(|(&task, counts)| {
+                metric.estimate(counts.n, counts.c).ok().map(|v| (task, v))
+            })
+            .collect()
+    }
+
+    /// The model's line of the report; `trials` names its tasks.
+    pub(crate) fn report(&self, model: &str, metrics: &[Metric], trials: &Trials) -> ModelReport {
+        let mut durations = self.durations.clone();
+        let p50 = (!durations.is_empty()).then(|| {
+            let mid = durations.len() / 2;
+            *durations.select_nth_unstable(mid).1
+        });
+        let cells = self
+            .per_task
+            .iter()
+            .map(
+                |(
+                    &task,
+                    &Counts {
+                        n,
+                        c,
+                        infra,
+                        tampered,
+                    },
+                )| TaskCell {
+                    task: trials.tasks.name(task).to_string(),
+                    n,
+                    c,
+                    infra_errors: infra,
+                    tampered,
+                    rate: (n > 0).then(|| f64::from(c) / f64::from(n)),
+                    wilson: wilson(c.into(), n.into(), Z95),
+                },
+            )
+            .collect();
+        ModelReport {
+            model: model.to_string(),
+            tasks: self.per_task.len(),
+            graded_trials: self.graded,
+            infra_errors: self.infra,
+            tampered: self.tampered,
+            metrics: metrics
+                .iter()
+                .map(|&m| mean_over_tasks(m, &self.per_task(m)))
+                .collect(),
+            mean_steps: (self.graded > 0).then(|| self.steps as f64 / self.graded as f64),
+            mean_cost_usd: (self.cost_known > 0).then(|| self.cost_sum / self.cost_known as f64),
+            cost_unknown_trials: self.cost_unknown,
+            p50_duration_ms: p50,
+            cells,
+        }
+    }
+}
+
+fn mean_over_tasks(metric: Metric, per_task: &BTreeMap<u32, f64>) -> MetricValue {
+    let v: Vec<f64> = per_task.values().copied().collect();
+    MetricValue {
+        metric,
+        value: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
+        ci: clustered_mean(&v).map(|(_, ci)| ci.clamp(0.0, 1.0)),
+        bootstrap_ci: bootstrap_mean(&v, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED),
+        tasks: v.len(),
+    }
+}

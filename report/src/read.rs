@@ -1,0 +1,258 @@
+//! Reading results files (JSONL, one trial record a line) into [`Trials`].
+//!
+//! A malformed line is an error naming its line number; blank lines are skipped. A file is read
+//! in blocks by one reader per core, each on its own part of the file (split at line starts);
+//! line numbers in errors stay those of the whole file.
+
+use std::fs::File;
+use std::io::BufRead;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use crate::record::{RecordError, parse_line};
+use crate::trials::{Detail, Names, Row, TrialKey, Trials};
+
+/// Readers of one file at most (each holds a block of [`BLOCK`] bytes).
+const MAX_READERS: usize = 8;
+/// Bytes a reader reads at a time.
+const BLOCK: usize = 8 << 20;
+
+/// What one reader produced from its part of the input, with its own name ids.
+#[derive(Default)]
+struct Part {
+    sweeps: Names,
+    tasks: Names,
+    models: Names,
+    rows: Vec<Row>,
+    details: Vec<Detail>,
+    /// Lines read (blank ones included), to number the next part's lines.
+    lines: usize,
+}
+
+impl Part {
+    /// Parses complete lines from `text`; `first_line` numbers them for errors.
+    fn parse(
+        &mut self,
+        text: &str,
+        source_name: &str,
+        first_line: usize,
+    ) -> Result<(), RecordError> {
+        for (i, line) in text.split('\n').enumerate() {
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() {
+                continue;
+            }
+            let number = first_line + i;
+            let r = parse_line(line, source_name, number)?;
+            let key = TrialKey {
+                sweep: self.sweeps.id(&r.sweep),
+                task: self.tasks.id(&r.task),
+                model: self.models.id(&r.model),
+                trial: r.trial,
+            };
+            let tampered = r.tampered();
+            // parse_line guarantees: pass is null exactly when infra_error is set.
+            let detail = match (&r.infra_error, tampered) {
+                (Some(reason), _) => Some(Detail::Infra(reason.to_string())),
+                (None, true) => Some(Detail::Tampered(r.tamper.clone())),
+                (None, false) => None,
+            };
+            let detail = detail.map(|d| {
+                self.details.push(d);
+                (self.details.len() - 1) as u32
+            });
+            self.rows.push(Row {
+                key,
+                attempt: r.attempt,
+                pass: if tampered { Some(false) } else { r.pass },
+                tampered,
+                steps: r.steps,
+                cost: r.cost_usd,
+                duration_ms: r.duration_ms,
+                line: number,
+                detail,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Trials {
+    /// Reads JSONL from `reader`; `source_name` names it in errors and notes.
+    pub fn read(mut reader: impl BufRead, source_name: &str) -> Result<Trials, RecordError> {
+        let mut text = String::new();
+        reader.read_to_string(&mut text).map_err(|e| RecordError {
+            source_name: source_name.to_string(),
+            line: 1,
+            reason: format!("cannot read: {e}"),
+        })?;
+        let mut part = Part::default();
+        part.parse(&text, source_name, 1)?;
+        from_parts(source_name, [part])
+    }
+
+    /// Reads a JSONL file with one reader per core, each on its own part of the file.
+    pub fn read_file(path: &Path) -> Result<Trials, RecordError> {
+        let source_name = path.display().to_string();
+        let fail = |reason: String| RecordError {
+            source_name: source_name.clone(),
+            line: 0,
+            reason,
+        };
+        let file = File::open(path).map_err(|e| fail(format!("cannot open: {e}")))?;
+        let readers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, MAX_READERS);
+        let bounds = part_bounds(&file, readers).map_err(|e| fail(format!("cannot read: {e}")))?;
+        let results: Vec<Result<Part, RecordError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = bounds
+                .windows(2)
+                .map(|w| {
+                    let (start, end, file, name) = (w[0], w[1], &file, source_name.as_str());
+                    scope.spawn(move || read_part(file, start, end, name))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(fail("a reader thread failed".into())))
+                })
+                .collect()
+        });
+        // A part's error numbers lines within the part: add the lines of the parts before it.
+        let mut parts = Vec::with_capacity(results.len());
+        let mut lines_before = 0;
+        for result in results {
+            match result {
+                Ok(part) => {
+                    lines_before += part.lines;
+                    parts.push(part);
+                }
+                Err(mut e) => {
+                    e.line += lines_before;
+                    return Err(e);
+                }
+            }
+        }
+        from_parts(&source_name, parts)
+    }
+}
+
+/// The trials of `parts`, read in this order from `source_name`: one row per trial (see
+/// [`crate::trials`]), lines numbered across parts.
+fn from_parts(
+    source_name: &str,
+    parts: impl IntoIterator<Item = Part>,
+) -> Result<Trials, RecordError> {
+    let mut trials = Trials::new(source_name);
+    let mut lines_before = 0;
+    for part in parts {
+        let lines = part.lines;
+        merge(&mut trials, part, lines_before);
+        lines_before += lines;
+    }
+    trials.dedupe()?;
+    Ok(trials)
+}
+
+/// Adds a part's rows to `trials`, in `trials`' name ids; its lines start after `lines_before`.
+fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
+    let remap = |mine: &mut Names, theirs: &Names| -> Vec<u32> {
+        theirs.names.iter().map(|n| mine.id(n)).collect()
+    };
+    let sweeps = remap(&mut trials.sweeps, &part.sweeps);
+    let tasks = remap(&mut trials.tasks, &part.tasks);
+    let models = remap(&mut trials.models, &part.models);
+    let details_before = trials.details.len() as u32;
+    trials.details.extend(part.details);
+    trials.rows.extend(part.rows.into_iter().map(|r| Row {
+        key: TrialKey {
+            sweep: sweeps[r.key.sweep as usize],
+            task: tasks[r.key.task as usize],
+            model: models[r.key.model as usize],
+            trial: r.key.trial,
+        },
+        line: r.line + lines_before,
+        detail: r.detail.map(|d| d + details_before),
+        ..r
+    }));
+}
+
+/// `readers` + 1 offsets that cut `file` into parts at line starts (a part may be empty).
+fn part_bounds(file: &File, readers: usize) -> std::io::Result<Vec<u64>> {
+    let len = file.metadata()?.len();
+    let readers = readers as u64;
+    let mut bounds = vec![0u64];
+    for i in 1..readers {
+        // Moved forward to the next line start.
+        let mut at = len * i / readers;
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = file.read_at(&mut buf, at)?;
+            if n == 0 {
+                at = len;
+                break;
+            }
+            if let Some(p) = buf[..n].iter().position(|&b| b == b'\n') {
+                at += p as u64 + 1;
+                break;
+            }
+            at += n as u64;
+        }
+        bounds.push(at.max(*bounds.last().unwrap_or(&0)));
+    }
+    bounds.push(len);
+    Ok(bounds)
+}
+
+/// Reads `[start, end)` of `file` (both at line starts) in blocks and parses it. An error's
+/// line is numbered within the part.
+fn read_part(file: &File, start: u64, end: u64, source_name: &str) -> Result<Part, RecordError> {
+    let mut part = Part::default();
+    let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + 4096);
+    let mut carry: Vec<u8> = Vec::new();
+    let mut pos = start;
+    while pos < end {
+        let want = BLOCK.min((end - pos) as usize);
+        buf.clear();
+        buf.extend_from_slice(&carry);
+        let have = buf.len();
+        buf.resize(have + want, 0);
+        let n = match file.read_at(&mut buf[have..], pos) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                return Err(RecordError {
+                    source_name: source_name.to_string(),
+                    line: part.lines + 1,
+                    reason: format!("cannot read: {e}"),
+                });
+            }
+        };
+        buf.truncate(have + n);
+        pos += n as u64;
+        // Parse up to the last complete line; carry the rest.
+        let cut = if pos >= end {
+            buf.len()
+        } else {
+            buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)
+        };
+        carry = buf[cut..].to_vec();
+        let text = std::str::from_utf8(&buf[..cut]).map_err(|e| {
+            let newlines = buf[..e.valid_up_to()]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count();
+            RecordError {
+                source_name: source_name.to_string(),
+                line: part.lines + 1 + newlines,
+                reason: "not valid UTF-8".into(),
+            }
+        })?;
+        let first = part.lines + 1;
+        part.parse(text, source_name, first)?;
+        part.lines += text.matches('\n').count();
+    }
+    Ok(part)
+}
