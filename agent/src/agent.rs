@@ -29,6 +29,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::{ApprovalDecision, ApprovalRequest, Approver};
+use crate::context::{ContextBudget, ContextTracker};
 use crate::event::{AgentEvent, EventSink, TurnOutcome};
 use crate::permissions::{Decision, Policy};
 use crate::registry::ToolRegistry;
@@ -53,6 +54,9 @@ pub struct AgentConfig {
     pub cache: bool,
     /// OpenAI's `prompt_cache_key`, where the provider accepts it.
     pub prompt_cache_key: Option<String>,
+    /// The model's context window in tokens; `None` is unknown, and a conservative default
+    /// ([`ContextBudget::DEFAULT_WINDOW`]) is used.
+    pub context_window: Option<u32>,
 }
 
 impl Default for AgentConfig {
@@ -65,6 +69,7 @@ impl Default for AgentConfig {
             temperature: None,
             cache: true,
             prompt_cache_key: None,
+            context_window: None,
         }
     }
 }
@@ -93,6 +98,10 @@ pub struct Agent {
     writer: Option<SessionWriter>,
     /// The first record that could not be written this turn: the turn ends as failed.
     unwritten: Option<SessionError>,
+    /// The context window and its thresholds.
+    budget: ContextBudget,
+    /// The context's revision and the last exact token count.
+    tracker: ContextTracker,
 }
 
 enum Step {
@@ -108,6 +117,11 @@ impl Agent {
         cwd: impl Into<PathBuf>,
         events: EventSink,
     ) -> Self {
+        let budget = ContextBudget::new(
+            cfg.context_window
+                .map_or(ContextBudget::DEFAULT_WINDOW, u64::from),
+            u64::from(cfg.max_tokens),
+        );
         let request = ChatRequest {
             model: cfg.model,
             system: cfg.system,
@@ -130,6 +144,8 @@ impl Agent {
             session: SessionState::default(),
             writer: None,
             unwritten: None,
+            budget,
+            tracker: ContextTracker::default(),
         }
     }
 
@@ -198,6 +214,13 @@ impl Agent {
             Some(w) => w.append(&record),
             None => Ok(()),
         };
+        // The prefix changed, or is counted differently: the last exact count is stale.
+        if matches!(
+            record,
+            Record::ContextReplaced { .. } | Record::ModelChanged { .. }
+        ) {
+            self.tracker.advance();
+        }
         // The reducer cannot fail on records the agent makes (it checks indices and call ids
         // the agent took from this very state); were it to, the state is unchanged.
         let _ = self.session.apply(&mut self.request.messages, record);
@@ -350,6 +373,10 @@ impl Agent {
     }
 
     async fn step(&mut self, step: u32, cancel: &CancellationToken) -> Step {
+        self.make_room(cancel).await;
+        if cancel.is_cancelled() {
+            return Step::Finished(TurnOutcome::Cancelled);
+        }
         let completion = match self.sample(cancel).await {
             Ok(Some(c)) => c,
             Ok(None) => return Step::Finished(TurnOutcome::Cancelled),
@@ -401,6 +428,8 @@ impl Agent {
         {
             return Step::Finished(broken_transcript(e));
         }
+        self.tracker
+            .observe(&completion.usage, self.request.messages.len());
         if calls.is_empty() {
             return Step::Finished(TurnOutcome::Done);
         }
@@ -423,36 +452,126 @@ impl Agent {
         &mut self,
         cancel: &CancellationToken,
     ) -> Result<Option<anvil_llm::Completion>, LlmError> {
-        let mut stream = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Ok(None),
-            s = self.provider.stream(&self.request) => s?,
-        };
-        let mut builder = MessageBuilder::new();
-        loop {
-            let event = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Ok(None),
-                e = stream.next() => e,
-            };
-            let Some(event) = event else { break };
-            let event = event?;
-            match &event {
-                StreamEvent::TextDelta { text, .. } => {
-                    self.events
-                        .delta(AgentEvent::TextDelta { text: text.clone() })
-                        .await;
-                }
-                StreamEvent::ReasoningDelta { text, .. } => {
-                    self.events
-                        .delta(AgentEvent::ReasoningDelta { text: text.clone() })
-                        .await;
-                }
-                _ => {}
+        stream_completion(
+            &*self.provider,
+            &self.request,
+            &mut self.events,
+            cancel,
+            true,
+        )
+        .await
+    }
+
+    /// Makes room before a request: past the budget's hard threshold the conversation is
+    /// compacted, past the soft one old tool results are cleared. At most one of each per
+    /// step; a compaction that fails leaves the context as it was (the request may still fit).
+    async fn make_room(&mut self, cancel: &CancellationToken) {
+        let tokens = self.context_tokens();
+        if self.budget.should_compact(tokens) {
+            if let Err(e) = self.compact(None, cancel).await {
+                tracing::warn!("automatic compaction failed: {e}");
             }
-            builder.push(&event)?;
+            return;
         }
-        builder.finish().map(Some)
+        if self.budget.should_clear(tokens) {
+            let mut messages = self.request.messages.clone();
+            let freed = crate::context::clear_old_tool_results(&mut messages, KEEP_STEPS);
+            if freed > 0 {
+                self.commit_or_note(Record::ContextReplaced {
+                    reason: ReplaceReason::Clearing,
+                    messages,
+                });
+                let after = self.context_tokens();
+                self.events
+                    .send(AgentEvent::ContextCleared {
+                        bytes_freed: freed as u64,
+                        before_tokens: tokens,
+                        after_tokens: after,
+                    })
+                    .await;
+            }
+        }
+    }
+
+    /// The estimated tokens of the next request.
+    pub fn context_tokens(&self) -> u64 {
+        self.tracker.estimate(
+            self.request.system.as_deref(),
+            &self.request.tools,
+            &self.request.messages,
+        )
+    }
+
+    /// The context budget (the window and its thresholds).
+    pub fn budget(&self) -> ContextBudget {
+        self.budget
+    }
+
+    /// Replaces the conversation by a summary the model writes (`/compact [focus]`, and
+    /// automatically before a request over the budget). The summary request has no tools; the
+    /// todo list is carried into the new context. Returns the estimated tokens before and
+    /// after.
+    pub async fn compact(
+        &mut self,
+        focus: Option<&str>,
+        cancel: &CancellationToken,
+    ) -> Result<(u64, u64), String> {
+        if self.request.messages.is_empty() {
+            return Err("nothing to compact yet".into());
+        }
+        let before = self.context_tokens();
+        let request =
+            crate::context::compact::summary_request(&self.request, &self.request.messages, focus);
+        let completion =
+            match stream_completion(&*self.provider, &request, &mut self.events, cancel, false)
+                .await
+            {
+                Ok(Some(c)) => c,
+                Ok(None) => return Err("cancelled".into()),
+                Err(e) => return Err(format!("the summary request failed: {e}")),
+            };
+        self.commit_or_note(Record::Usage {
+            usage: completion.usage,
+        });
+        self.events
+            .send(AgentEvent::Usage {
+                usage: completion.usage,
+            })
+            .await;
+        if !completion.is_committed() {
+            return Err(format!(
+                "the summary did not finish ({})",
+                finish_label(&completion.finish)
+            ));
+        }
+        let summary: String = completion
+            .message
+            .content
+            .iter()
+            .filter_map(|b| match b {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        if summary.trim().is_empty() {
+            return Err("the model returned an empty summary".into());
+        }
+        let messages = crate::context::compact::compacted_context(&summary, &self.session.todos);
+        self.validator = TranscriptValidator::from_messages(&messages)
+            .map_err(|e| format!("the compacted context is invalid: {e}"))?;
+        self.commit_or_note(Record::ContextReplaced {
+            reason: ReplaceReason::Compaction,
+            messages,
+        });
+        let after = self.context_tokens();
+        self.events
+            .send(AgentEvent::Compacted {
+                before_tokens: before,
+                after_tokens: after,
+            })
+            .await;
+        Ok((before, after))
     }
 
     /// Canonical tool-call ids are ours: a provider id that repeats one already in the
@@ -700,6 +819,52 @@ impl Agent {
                 .await;
         }
     }
+}
+
+/// Steps whose tool results clearing keeps: the model is usually still working from them.
+const KEEP_STEPS: usize = 3;
+
+/// Streams one response to `request`, forwarding text and reasoning deltas when `forward`.
+/// `Ok(None)` when cancelled (the partial response is dropped).
+async fn stream_completion(
+    provider: &dyn Provider,
+    request: &ChatRequest,
+    events: &mut EventSink,
+    cancel: &CancellationToken,
+    forward: bool,
+) -> Result<Option<anvil_llm::Completion>, LlmError> {
+    let mut stream = tokio::select! {
+        biased;
+        _ = cancel.cancelled() => return Ok(None),
+        s = provider.stream(request) => s?,
+    };
+    let mut builder = MessageBuilder::new();
+    loop {
+        let event = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Ok(None),
+            e = stream.next() => e,
+        };
+        let Some(event) = event else { break };
+        let event = event?;
+        if forward {
+            match &event {
+                StreamEvent::TextDelta { text, .. } => {
+                    events
+                        .delta(AgentEvent::TextDelta { text: text.clone() })
+                        .await;
+                }
+                StreamEvent::ReasoningDelta { text, .. } => {
+                    events
+                        .delta(AgentEvent::ReasoningDelta { text: text.clone() })
+                        .await;
+                }
+                _ => {}
+            }
+        }
+        builder.push(&event)?;
+    }
+    builder.finish().map(Some)
 }
 
 fn finish_label(finish: &FinishReason) -> String {

@@ -69,6 +69,17 @@ pub enum AgentEvent {
         error: String,
         retryable: bool,
     },
+    /// Old tool results were replaced by placeholders to make room.
+    ContextCleared {
+        bytes_freed: u64,
+        before_tokens: u64,
+        after_tokens: u64,
+    },
+    /// The conversation was replaced by a summary.
+    Compacted {
+        before_tokens: u64,
+        after_tokens: u64,
+    },
     TurnFinished {
         outcome: TurnOutcome,
     },

@@ -548,3 +548,173 @@ async fn merged_user_text_survives_a_restart_exactly_once() {
     assert_eq!(texts, ["one", "two"]);
     assert_eq!(loaded.prompts, 2);
 }
+
+/// A tool whose output is `n` bytes: the bulk of a real session's context.
+struct Dump;
+
+#[async_trait::async_trait]
+impl crate::Tool for Dump {
+    fn name(&self) -> &str {
+        "dump"
+    }
+    fn description(&self) -> &str {
+        "prints a lot"
+    }
+    fn input_schema(&self) -> serde_json::Value {
+        json!({"type": "object"})
+    }
+    fn effects(&self, _: &serde_json::Value) -> crate::Effects {
+        crate::Effects::READ_ONLY
+    }
+    fn cancellation(&self) -> crate::Cancellation {
+        crate::Cancellation::Immediate
+    }
+    async fn call(
+        &self,
+        _: serde_json::Value,
+        _: &crate::ToolContext,
+    ) -> Result<String, crate::ToolError> {
+        Ok("line of output\n".repeat(150))
+    }
+}
+
+/// A response calling `dump` whose usage says the request carried `input` tokens.
+fn dump_call(id: &str, input: u64) -> Vec<anvil_llm::StreamEvent> {
+    use anvil_llm::{FinishReason, StreamEvent};
+    vec![
+        StreamEvent::ToolCallStart {
+            index: 0,
+            id: id.into(),
+            name: "dump".into(),
+            meta: None,
+        },
+        StreamEvent::ToolCallDelta {
+            index: 0,
+            arguments_fragment: "{}".into(),
+        },
+        StreamEvent::Usage(Usage {
+            input,
+            output: 10,
+            cache_read: 0,
+            cache_write: 0,
+        }),
+        StreamEvent::Finish(FinishReason::ToolUse),
+    ]
+}
+
+fn small_window_agent(
+    provider: Arc<ScriptedProvider>,
+) -> (Agent, tokio::sync::mpsc::Receiver<crate::AgentEvent>) {
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(Dump)).unwrap();
+    let (sink, rx) = EventSink::channel(4096);
+    let agent = Agent::new(
+        provider,
+        Arc::new(tools),
+        AgentConfig {
+            model: "scripted".into(),
+            max_tokens: 100,
+            context_window: Some(2_000),
+            ..AgentConfig::default()
+        },
+        std::env::temp_dir(),
+        sink,
+    );
+    (agent, rx)
+}
+
+#[tokio::test]
+async fn a_long_tool_session_compacts_with_a_toolless_summary_and_reloads_the_same() {
+    let dir = scratch();
+    let provider = Arc::new(ScriptedProvider::new(vec![
+        dump_call("c1", 500),
+        // The request after this one would carry ~1,700 + the new result: over 85 %.
+        dump_call("c2", 1_700),
+        script::text("SUMMARY: dumped twice; nothing else to do."),
+        script::text("done"),
+    ]));
+    let (w, loaded) = store(dir.path()).create(cwd(), "scripted", None).unwrap();
+    let path = w.path().to_path_buf();
+    let (a, mut rx) = small_window_agent(Arc::clone(&provider));
+    let mut a = a.with_session(w, loaded).unwrap();
+    let outcome = a
+        .run_turn(
+            vec![ContentBlock::text("dump it")],
+            CancellationToken::new(),
+        )
+        .await;
+    assert_eq!(outcome, TurnOutcome::Done);
+    let requests = provider.requests();
+    assert_eq!(requests.len(), 4);
+    let summary = &requests[2];
+    assert!(summary.tools.is_empty(), "the summary request has no tools");
+    assert!(!requests[1].tools.is_empty());
+    let ContentBlock::Text { text } = &requests[3].messages[0].content[0] else {
+        panic!("{:?}", requests[3].messages)
+    };
+    assert!(text.contains("SUMMARY: dumped twice"), "{text}");
+    validate_transcript(&requests[3].messages, Tail::Complete).unwrap();
+    let mut compacted = false;
+    while let Ok(e) = rx.try_recv() {
+        if let crate::AgentEvent::Compacted {
+            before_tokens,
+            after_tokens,
+        } = e
+        {
+            assert!(after_tokens < before_tokens);
+            compacted = true;
+        }
+    }
+    assert!(compacted);
+    let reloaded = load(&path).unwrap();
+    assert_eq!(reloaded.messages, a.messages());
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("\"reason\":\"compaction\"")
+    );
+}
+
+#[tokio::test]
+async fn old_tool_results_are_cleared_past_the_soft_threshold_and_reload_the_same() {
+    let dir = scratch();
+    let mut script = Vec::new();
+    for i in 0..4 {
+        script.push(dump_call(&format!("c{i}"), 300));
+    }
+    // Over 60 % of the usable window, under 85 %.
+    script.push(dump_call("c4", 700));
+    script.push(script::text("done"));
+    let provider = Arc::new(ScriptedProvider::new(script));
+    let (w, loaded) = store(dir.path()).create(cwd(), "scripted", None).unwrap();
+    let path = w.path().to_path_buf();
+    let (a, mut rx) = small_window_agent(Arc::clone(&provider));
+    let mut a = a.with_session(w, loaded).unwrap();
+    let outcome = a
+        .run_turn(vec![ContentBlock::text("dump")], CancellationToken::new())
+        .await;
+    assert_eq!(outcome, TurnOutcome::Done);
+    let last = provider.requests().last().unwrap().clone();
+    let results: Vec<&str> = last
+        .messages
+        .iter()
+        .flat_map(|m| &m.content)
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 5);
+    assert!(results[0].starts_with(crate::context::clear::CLEARED_PREFIX));
+    assert!(results[1].starts_with(crate::context::clear::CLEARED_PREFIX));
+    assert!(!results[4].starts_with(crate::context::clear::CLEARED_PREFIX));
+    validate_transcript(&last.messages, Tail::Complete).unwrap();
+    let mut cleared = 0;
+    while let Ok(e) = rx.try_recv() {
+        if let crate::AgentEvent::ContextCleared { bytes_freed, .. } = e {
+            cleared += bytes_freed;
+        }
+    }
+    assert!(cleared > 3_000, "{cleared}");
+    assert_eq!(load(&path).unwrap().messages, a.messages());
+}

@@ -178,6 +178,27 @@ impl<W: Write> Renderer<W> {
                 }
             }
             AgentEvent::Usage { usage: u } => self.usage += u,
+            AgentEvent::ContextCleared {
+                bytes_freed,
+                before_tokens,
+                after_tokens,
+            } => {
+                self.line_break();
+                let note = format!(
+                    "(context: cleared {bytes_freed} bytes of old tool results, ~{before_tokens} → ~{after_tokens} tokens)"
+                );
+                let _ = writeln!(self.out, "{}", style.dim(&note));
+            }
+            AgentEvent::Compacted {
+                before_tokens,
+                after_tokens,
+            } => {
+                self.line_break();
+                let note = format!(
+                    "(context: compacted into a summary, ~{before_tokens} → ~{after_tokens} tokens)"
+                );
+                let _ = writeln!(self.out, "{}", style.dim(&note));
+            }
             AgentEvent::StepFailed { error, .. } => {
                 self.line_break();
                 let _ = writeln!(self.out, "{}", style.red(&format!("error: {error}")));

@@ -262,6 +262,7 @@ fn agent_for(
         max_steps: cli.max_steps.unwrap_or(AgentConfig::default().max_steps),
         max_tokens: model.limits.max_output_tokens,
         prompt_cache_key: model.prompt_cache_key.then(|| prompt_cache_key(cwd)),
+        context_window: Some(model.limits.context_window),
         ..AgentConfig::default()
     };
     Agent::new(
