@@ -133,6 +133,10 @@ pub struct HeadlessResult {
     /// The provider's stop reason (`protocol_stopped` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The session the turn was kept in (`anvil -p --resume ID` continues it); `None` when
+    /// the turn kept no session file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// Why a headless turn could not be set up (exit 6 or 64).
@@ -235,6 +239,7 @@ mod tests {
             error: None,
             retryable: None,
             reason: None,
+            session_id: None,
         }
     }
 

@@ -4,7 +4,8 @@ use clap::Parser;
 use clap::error::ErrorKind;
 
 use anvil_runner::cli::Cli;
-use anvil_runner::cli::{headless, logging, repl};
+use anvil_runner::cli::args::Command;
+use anvil_runner::cli::{headless, logging, repl, sessions};
 use anvil_runner::exit;
 
 fn main() {
@@ -20,7 +21,16 @@ fn main() {
         }
     };
     logging::init();
-    let code = match cli.print.clone() {
+    let code = match (&cli.command, cli.print.clone()) {
+        (Some(Command::Sessions), _) => sessions::list(&cli),
+        (Some(Command::Replay { session, format }), _) => sessions::replay(&cli, session, *format),
+        (None, prompt) => run(cli, prompt),
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: Cli, print: Option<String>) -> i32 {
+    match print {
         Some(prompt) => match tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -32,6 +42,5 @@ fn main() {
             }
         },
         None => repl::run(cli),
-    };
-    std::process::exit(code);
+    }
 }

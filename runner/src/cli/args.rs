@@ -15,6 +15,13 @@ Examples:
   anvil -p \"list the TODOs\" --output-format json | jq .outcome
   anvil -p \"run the tests\" --output-format stream-json --max-steps 20
   anvil -m ollama:qwen3:8b -C ~/src/project
+  anvil --continue                        continue this directory's latest session
+  anvil -p \"and now the docs\" --resume ID continue session ID headless (multi-turn scripts)
+  anvil sessions                          this directory's sessions, newest first
+  anvil replay ID                         a session (or any session file) printed readably
+
+Sessions are kept as JSONL under the data directory's sessions/ (one file per session, the
+file name is the session id); `--output-format json` carries the id as session_id.
 
 Models are aliases from ~/.config/anvil/config.toml (e.g. sonnet) or provider:model
 (e.g. ollama:qwen3:8b). Logs go to the data directory's logs/anvil.log when ANVIL_LOG is set
@@ -62,6 +69,17 @@ fn permission_modes() -> impl TypedValueParser<Value = PermissionMode> {
     after_long_help = long_help(),
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Continue this directory's most recent session.
+    #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
+    pub continue_latest: bool,
+
+    /// Continue session ID (or the session file at a path) of this directory.
+    #[arg(short = 'r', long, value_name = "ID")]
+    pub resume: Option<String>,
+
     /// Run one turn headless with this prompt and exit (stdin, if piped, is appended).
     #[arg(short = 'p', long = "print", value_name = "PROMPT")]
     pub print: Option<String>,
@@ -103,6 +121,29 @@ pub struct Cli {
         conflicts_with = "model"
     )]
     pub pinned_config: Option<PathBuf>,
+}
+
+/// Subcommands: reading sessions.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// List this directory's sessions, newest first: id, age, model, prompts, first prompt.
+    Sessions,
+    /// Print a session readably: messages, tool calls with their arguments, results (long
+    /// ones collapsed), usage per response.
+    Replay {
+        /// A session id of this directory, or the path of any session file (a trial's
+        /// transcript, say).
+        session: String,
+        /// `text` to read, `json` for the canonical messages.
+        #[arg(long, value_enum, default_value_t = ReplayFormat::Text)]
+        format: ReplayFormat,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplayFormat {
+    Text,
+    Json,
 }
 
 /// What `--help` shows after the options: examples, then the exit codes.

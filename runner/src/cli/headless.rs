@@ -59,7 +59,12 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         })
     };
     watch_stdout_closed(cancel.clone());
-    let renderer = tokio::spawn(render(cli.output_format, events, cancel.clone()));
+    let renderer = tokio::spawn(render(
+        cli.output_format,
+        events,
+        cancel.clone(),
+        session.agent.session_id().map(str::to_string),
+    ));
 
     let outcome = session
         .agent
@@ -72,7 +77,8 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         .filter(|m| m.role == Role::Assistant)
         .map(|m| m.text())
         .unwrap_or_default();
-    drop(session.agent); // closes the event channel: the renderer drains and ends
+    let session_id = session.agent.session_id().map(str::to_string);
+    drop(session.agent); // closes the event channel (the renderer drains and ends) and the session file
     ctrl_c.abort();
     let summary = renderer.await.unwrap_or_default();
 
@@ -126,6 +132,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 error,
                 retryable,
                 reason,
+                session_id,
             };
             match serde_json::to_string(&result) {
                 Ok(line) => writeln!(stdout, "{line}"),
@@ -207,6 +214,7 @@ async fn render(
     format: OutputFormat,
     mut events: mpsc::Receiver<AgentEvent>,
     cancel: CancellationToken,
+    session_id: Option<String>,
 ) -> Summary {
     let mut summary = Summary::default();
     let mut out = std::io::stdout();
@@ -217,7 +225,16 @@ async fn render(
             _ => {}
         }
         if format == OutputFormat::StreamJson && !summary.stdout_closed {
-            let line = serde_json::to_string(&event).unwrap_or_default();
+            // The last line, turn_finished, also says which session the turn was kept in.
+            let line = match (&event, &session_id) {
+                (AgentEvent::TurnFinished { .. }, Some(id)) => serde_json::to_value(&event)
+                    .map(|mut v| {
+                        v["session_id"] = serde_json::Value::String(id.clone());
+                        v.to_string()
+                    })
+                    .unwrap_or_default(),
+                _ => serde_json::to_string(&event).unwrap_or_default(),
+            };
             let mut lock = out.lock();
             if writeln!(lock, "{line}")
                 .and_then(|()| lock.flush())

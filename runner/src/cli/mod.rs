@@ -13,6 +13,8 @@ pub mod logging;
 pub mod render;
 /// The interactive session.
 pub mod repl;
+/// `anvil sessions` and `anvil replay`.
+pub mod sessions;
 /// Building a session: workspace, config, model, tools, prompt.
 pub mod setup;
 

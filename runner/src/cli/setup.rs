@@ -8,6 +8,7 @@ use anvil_agent::prompt::{PromptBuilder, discover_instructions};
 use anvil_agent::sandbox::limits::Limits;
 use anvil_agent::sandbox::{Confined, Sandbox, SandboxPolicy, View};
 use anvil_agent::secrets::{ChildEnv, Redactor};
+use anvil_agent::session::{SessionStore, SessionWriter};
 use anvil_agent::tools::register_coding_tools;
 use anvil_agent::{Agent, AgentConfig, EventSink, ToolRegistry};
 use anvil_llm::config::{Config, IgnoredKey, TrustStore};
@@ -116,8 +117,10 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     let model = registry.resolve(&name)?;
     let prompt = PromptBuilder::for_workspace(&cwd);
     let limits = sandbox_limits(&registry.config().sandbox);
-    let tools = tools(&cwd, cli.sandbox, None, redactor(&registry), limits)?;
+    let redactor = redactor(&registry);
+    let tools = tools(&cwd, cli.sandbox, None, Arc::clone(&redactor), limits)?;
     let agent = agent_for(&model, &cwd, cli, prompt, tools, events);
+    let agent = with_session(agent, cli, &cwd, &model.model, redactor)?;
     Ok(Session {
         agent,
         model,
@@ -174,6 +177,63 @@ fn build_trial(
         ignored: Vec::new(),
         trial: Some(trial),
     })
+}
+
+/// Where `anvil` keeps sessions: `<data dir>/sessions/<sanitized cwd>/<id>.jsonl`.
+pub fn session_store() -> Result<SessionStore, SetupError> {
+    anvil_llm::config::data_dir()
+        .map(|d| SessionStore::new(d.join("sessions")))
+        .ok_or_else(|| {
+            SetupError("no data directory to keep sessions in (is HOME set?)".to_string())
+        })
+}
+
+/// The file `--resume ID` names: a session id of `cwd`, or a path to a session file.
+pub fn session_path(store: &SessionStore, cwd: &Path, id: &str) -> Result<PathBuf, SetupError> {
+    if id.ends_with(".jsonl") || id.contains('/') {
+        let path = PathBuf::from(id);
+        return if path.is_file() {
+            Ok(path)
+        } else {
+            Err(SetupError(format!("no session file at {id}")))
+        };
+    }
+    store.find(cwd, id).map_err(|e| SetupError(e.to_string()))
+}
+
+/// Keeps the session in a file: a new one, or the one `--continue`/`--resume` names
+/// (appended to under the same id; a call a crash cut off is answered as an unknown outcome).
+fn with_session(
+    agent: Agent,
+    cli: &Cli,
+    cwd: &Path,
+    model: &str,
+    redactor: Arc<Redactor>,
+) -> Result<Agent, SetupError> {
+    let store = session_store()?;
+    let resume = match (&cli.resume, cli.continue_latest) {
+        (Some(id), _) => Some(session_path(&store, cwd, id)?),
+        (None, true) => Some(
+            store
+                .latest(cwd)
+                .map_err(|e| SetupError(e.to_string()))?
+                .ok_or_else(|| {
+                    SetupError(format!(
+                        "no session to continue in {} (anvil sessions lists them)",
+                        cwd.display()
+                    ))
+                })?,
+        ),
+        (None, false) => None,
+    };
+    let (writer, loaded) = match resume {
+        Some(path) => SessionWriter::resume(&path, Some(cwd), Some(redactor)),
+        None => store.create(cwd, model, Some(redactor)),
+    }
+    .map_err(|e| SetupError(e.to_string()))?;
+    agent
+        .with_session(writer, loaded)
+        .map_err(|e| SetupError(e.to_string()))
 }
 
 fn policy(mode: SandboxMode) -> SandboxPolicy {
