@@ -176,7 +176,7 @@ pub enum ContractError {
 /// What the child printed, read back.
 #[derive(Debug, Clone, PartialEq)]
 pub enum HeadlessOutput {
-    Turn(HeadlessResult),
+    Turn(Box<HeadlessResult>),
     Setup(HeadlessFailure),
 }
 
@@ -277,7 +277,7 @@ mod tests {
             let stdout = format!("noise\n{}\n", serde_json::to_string(&written).unwrap());
             assert_eq!(
                 HeadlessOutput::parse(&stdout),
-                Some(Ok(HeadlessOutput::Turn(written)))
+                Some(Ok(HeadlessOutput::Turn(Box::new(written))))
             );
         }
         let setup = HeadlessFailure {

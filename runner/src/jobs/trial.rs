@@ -574,7 +574,7 @@ impl AgentTrials {
                 }
                 .into());
             }
-            Some(Ok(HeadlessOutput::Turn(result))) => result,
+            Some(Ok(HeadlessOutput::Turn(result))) => *result,
         };
         match code {
             exit::DONE
