@@ -157,6 +157,17 @@ impl Agent {
         writer: SessionWriter,
         loaded: LoadedSession,
     ) -> Result<Self, SessionError> {
+        self.attach_session(writer, loaded)?;
+        Ok(self)
+    }
+
+    /// [`Agent::with_session`] on a running agent (`/resume`): the session it kept until now
+    /// is closed (its lock released), and the loaded one continues.
+    pub fn attach_session(
+        &mut self,
+        writer: SessionWriter,
+        loaded: LoadedSession,
+    ) -> Result<(), SessionError> {
         let repairs = repair(&loaded);
         self.session = loaded.state;
         self.request.messages = loaded.messages;
@@ -183,11 +194,12 @@ impl Agent {
                 reason: format!("the session's transcript is invalid: {e}"),
             })?;
         self.validator = validator;
+        self.tracker.advance();
         if !self.session.model.is_empty() && self.session.model != self.request.model {
             let model = self.request.model.clone();
             self.commit(Record::ModelChanged { model })?;
         }
-        Ok(self)
+        Ok(())
     }
 
     /// The session beside the messages.

@@ -9,6 +9,8 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use tokio_util::sync::CancellationToken;
 
+use anvil_agent::session::SessionWriter;
+
 use crate::cli::Cli;
 use crate::cli::approve;
 use crate::cli::render::{self, Style};
@@ -19,6 +21,9 @@ const HELP: &str = "\
 Commands:
   /help           this list
   /model NAME     continue on another model (alias or provider:model)
+  /compact [FOCUS]  replace the conversation by a summary (focused on FOCUS)
+  /sessions       this directory's sessions
+  /resume ID      continue session ID here (this one stays in its file)
   /clear          start over with an empty conversation
   /exit           leave (or Ctrl-D)
 Ctrl-C stops the running turn; at the prompt it clears the line.";
@@ -73,10 +78,11 @@ pub fn run(cli: Cli) -> i32 {
     println!(
         "{}",
         style.dim(&format!(
-            "anvil · {} ({}) · {} · /help for commands",
+            "anvil · {} ({}) · {} · session {} · /help for commands",
             session.model.name,
             session.model.model,
-            session.cwd.display()
+            session.cwd.display(),
+            session.agent.session_id().unwrap_or("(not kept)")
         ))
     );
     for key in &session.ignored {
@@ -111,7 +117,7 @@ pub fn run(cli: Cli) -> i32 {
                 }
                 let _ = editor.add_history_entry(line);
                 if let Some(command) = line.strip_prefix('/') {
-                    if !slash_command(command, &mut session, style) {
+                    if !slash_command(command, &mut session, style, &rt) {
                         break;
                     }
                     continue;
@@ -137,6 +143,7 @@ pub fn run(cli: Cli) -> i32 {
                 });
                 // Wait until the renderer has put the whole turn on screen.
                 let _ = done_rx.recv();
+                println!("{}", style.dim(&context_line(&session)));
             }
             Err(ReadlineError::Interrupted) => continue,
             Err(ReadlineError::Eof) => break,
@@ -152,14 +159,99 @@ pub fn run(cli: Cli) -> i32 {
     exit::DONE
 }
 
+/// How full the context is, after each turn.
+fn context_line(session: &Session) -> String {
+    let tokens = session.agent.context_tokens();
+    let budget = session.agent.budget();
+    format!(
+        "context: ~{}k of {}k tokens ({:.0} %)",
+        tokens / 1000,
+        budget.window / 1000,
+        budget.fullness(tokens) * 100.0
+    )
+}
+
 /// Runs a slash command; `false` means leave.
-fn slash_command(command: &str, session: &mut Session, style: Style) -> bool {
+fn slash_command(
+    command: &str,
+    session: &mut Session,
+    style: Style,
+    rt: &tokio::runtime::Runtime,
+) -> bool {
     let (name, arg) = command
         .split_once(char::is_whitespace)
         .map(|(n, a)| (n, a.trim()))
         .unwrap_or((command, ""));
     match name {
         "exit" | "quit" => return false,
+        "compact" => {
+            let focus = (!arg.is_empty()).then_some(arg);
+            let cancel = CancellationToken::new();
+            let compacted = rt.block_on(async {
+                let listener = {
+                    let cancel = cancel.clone();
+                    tokio::spawn(async move {
+                        if tokio::signal::ctrl_c().await.is_ok() {
+                            cancel.cancel();
+                        }
+                    })
+                };
+                let r = session.agent.compact(focus, &cancel).await;
+                listener.abort();
+                r
+            });
+            match compacted {
+                Ok((before, after)) => println!(
+                    "{}",
+                    style.dim(&format!("(compacted: ~{before} → ~{after} tokens)"))
+                ),
+                Err(e) => println!("{}", style.red(&format!("cannot compact: {e}"))),
+            }
+        }
+        "sessions" => match setup::session_store().and_then(|store| {
+            store
+                .list(&session.cwd)
+                .map_err(|e| setup::SetupError(e.to_string()))
+        }) {
+            Ok(list) => {
+                for s in list {
+                    let here = session.agent.session_id() == Some(s.id.as_str());
+                    let prompt: String = s.first_prompt.chars().take(60).collect();
+                    println!(
+                        "{} {}  {:>3} prompts  {}",
+                        if here { "*" } else { " " },
+                        s.id,
+                        s.turns,
+                        prompt.lines().next().unwrap_or_default()
+                    );
+                }
+            }
+            Err(e) => println!("{}", style.red(&e.to_string())),
+        },
+        "resume" if arg.is_empty() => println!("{}", style.red("usage: /resume ID")),
+        "resume" => {
+            let resumed = setup::session_store()
+                .and_then(|store| setup::session_path(&store, &session.cwd, arg))
+                .and_then(|path| {
+                    SessionWriter::resume(&path, Some(&session.cwd), Some(session.redactor.clone()))
+                        .map_err(|e| setup::SetupError(e.to_string()))
+                })
+                .and_then(|(writer, loaded)| {
+                    let count = loaded.messages.len();
+                    session
+                        .agent
+                        .attach_session(writer, loaded)
+                        .map(|()| count)
+                        .map_err(|e| setup::SetupError(e.to_string()))
+                });
+            match resumed {
+                Ok(count) => println!(
+                    "{}",
+                    style.dim(&format!("(resumed {arg}: {count} messages)"))
+                ),
+                Err(e) => println!("{}", style.red(&format!("cannot resume: {e}"))),
+            }
+        }
         "help" => println!("{HELP}"),
         "clear" => {
             let _ = session.agent.set_messages(Vec::new());

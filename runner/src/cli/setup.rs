@@ -40,6 +40,8 @@ pub struct Session {
     /// An eval trial's settings (`--pinned-config`): the model was taken from it, no config
     /// file was read, and the sandbox was built from it.
     pub trial: Option<TrialConfig>,
+    /// What tool results and session records are redacted of.
+    pub redactor: Arc<Redactor>,
 }
 
 /// The workspace: `-C DIR` or the current directory, canonical.
@@ -120,7 +122,7 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     let redactor = redactor(&registry);
     let tools = tools(&cwd, cli.sandbox, None, Arc::clone(&redactor), limits)?;
     let agent = agent_for(&model, &cwd, cli, prompt, tools, events);
-    let agent = with_session(agent, cli, &cwd, &model.model, redactor)?;
+    let agent = with_session(agent, cli, &cwd, &model.model, Arc::clone(&redactor))?;
     Ok(Session {
         agent,
         model,
@@ -128,6 +130,7 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
         cwd,
         ignored,
         trial: None,
+        redactor,
     })
 }
 
@@ -154,6 +157,7 @@ fn build_trial(
     }
     let mut prompt = PromptBuilder::for_workspace(&cwd);
     prompt.instructions = discover_instructions(&cwd, None);
+    let redactor = redactor(&registry);
     let agent = agent_for(
         &model,
         &cwd,
@@ -164,7 +168,7 @@ fn build_trial(
             &cwd,
             cli.sandbox,
             Some(&trial),
-            redactor(&registry),
+            Arc::clone(&redactor),
             Limits::default(),
         )?,
         events,
@@ -176,6 +180,7 @@ fn build_trial(
         cwd,
         ignored: Vec::new(),
         trial: Some(trial),
+        redactor,
     })
 }
 
