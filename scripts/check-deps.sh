@@ -2,7 +2,9 @@
 # The dependency direction between anvil's crates is a hard rule (DESIGN.md):
 #   llm <- agent <- grader <- runner <- evals, and report <- runner/evals.
 # For each workspace crate, list the workspace crates it may depend on (normal dependencies),
-# and fail naming any edge that breaks the rule.
+# and fail naming any edge that breaks the rule. anvil-test-support is dev-only: any crate may
+# take it in [dev-dependencies], none in [dependencies] (the normal edges checked here), so it
+# is in no shipped crate's list.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +15,10 @@ declare -A allowed=(
   [anvil-grader]="anvil-llm anvil-agent"
   [anvil-runner]="anvil-llm anvil-agent anvil-grader anvil-report"
   [anvil-evals]="anvil-llm anvil-agent anvil-grader anvil-report anvil-runner"
-  [anvil-tests]="anvil-llm anvil-agent anvil-grader anvil-report anvil-runner anvil-evals"
+  [anvil-tests]="anvil-llm anvil-agent anvil-grader anvil-report anvil-runner anvil-evals anvil-test-support"
+  # Dev-only, below everything so every crate's tests may use it: the provider layer's SSE
+  # builders and nothing else of the workspace.
+  [anvil-test-support]="anvil-llm"
 )
 
 members=$(cargo metadata --no-deps --format-version 1 \
