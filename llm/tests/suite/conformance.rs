@@ -8,7 +8,7 @@
 //! Against real model servers they are opt-in:
 //!
 //! ```text
-//! cargo test -p anvil-llm --test conformance -- --ignored --nocapture
+//! cargo test -p anvil-llm --test all conformance -- --ignored --nocapture
 //! ```
 //!
 //! Live targets, each enabled by its environment:
