@@ -4,7 +4,8 @@
 # For each workspace crate, list the workspace crates it may depend on (normal dependencies),
 # and fail naming any edge that breaks the rule. anvil-test-support is dev-only: any crate may
 # take it in [dev-dependencies], none in [dependencies] (the normal edges checked here), so it
-# is in no shipped crate's list.
+# is in no shipped crate's list. Last, no crate may declare a dependency it never uses
+# (scripts/unused-deps.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,5 +51,8 @@ if grep -qx anvil-report <<<"$members"; then
   fi
 fi
 
-[[ $status -eq 0 ]] && echo "check-deps: dependency direction OK ($(wc -w <<<"$members") crates)"
+# Declared but unused dependencies.
+python3 scripts/unused-deps.py || status=1
+
+[[ $status -eq 0 ]] && echo "check-deps: dependency direction OK, no unused dependency ($(wc -w <<<"$members") crates)"
 exit $status
