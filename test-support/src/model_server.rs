@@ -169,6 +169,14 @@ pub mod wire {
         events.iter().map(|e| format!("data: {e}\n\n")).collect()
     }
 
+    /// Gemini's servers separate events with CRLF pairs.
+    fn data_lines_crlf(events: &[Value]) -> String {
+        events
+            .iter()
+            .map(|e| format!("data: {e}\r\n\r\n"))
+            .collect()
+    }
+
     fn named_events(events: &[Value]) -> String {
         events
             .iter()
@@ -198,10 +206,10 @@ pub mod wire {
                     json!({"type": "response.output_text.delta", "item_id": "msg_scripted", "output_index": 0, "content_index": 0, "delta": text}),
                     json!({"type": "response.output_text.done", "item_id": "msg_scripted", "output_index": 0, "content_index": 0, "text": text}),
                     json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
-                    responses_completed(item, usage),
+                    responses_completed(json!([item]), usage),
                 ])
             }
-            WireFormat::Gemini => data_lines(&[gemini_chunk(json!({"text": text}), usage)]),
+            WireFormat::Gemini => data_lines_crlf(&[gemini_chunk(json!([{"text": text}]), usage)]),
         }
     }
 
@@ -213,36 +221,77 @@ pub mod wire {
         input: &Value,
         usage: Usage,
     ) -> String {
+        tool_calls(format, &[(id, name, input.clone())], usage)
+    }
+
+    /// A message with parallel tool calls `(id, name, input)`, in order.
+    pub fn tool_calls(format: WireFormat, calls: &[(&str, &str, Value)], usage: Usage) -> String {
         match format {
             WireFormat::AnthropicMessages => {
-                anvil_llm::testing::anthropic_sse::tool_use(id, name, input, "tool_use", usage)
+                let mut events = vec![
+                    json!({"type": "message_start", "message": {"id": "msg_scripted", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": usage.input, "output_tokens": 1}}}),
+                ];
+                for (i, (id, name, input)) in calls.iter().enumerate() {
+                    events.extend([
+                        json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+                        json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}),
+                        json!({"type": "content_block_stop", "index": i}),
+                    ]);
+                }
+                events.extend([
+                    json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": usage.output}}),
+                    json!({"type": "message_stop"}),
+                ]);
+                anvil_llm::testing::anthropic_sse::body(&events)
             }
             WireFormat::OpenAiChat => {
-                let mut body = data_lines(&[
-                    json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted", "choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}]}),
-                    json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": input.to_string()}}]}, "finish_reason": null}]}),
-                    json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
-                    chat_usage(usage),
-                ]);
+                let chunk = |delta: Value, finish: Value| json!({"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "model": "scripted", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+                let mut events = vec![chunk(
+                    json!({"role": "assistant", "content": null}),
+                    Value::Null,
+                )];
+                for (i, (id, name, input)) in calls.iter().enumerate() {
+                    events.extend([
+                        chunk(
+                            json!({"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}),
+                            Value::Null,
+                        ),
+                        chunk(
+                            json!({"tool_calls": [{"index": i, "function": {"arguments": input.to_string()}}]}),
+                            Value::Null,
+                        ),
+                    ]);
+                }
+                events.extend([chunk(json!({}), json!("tool_calls")), chat_usage(usage)]);
+                let mut body = data_lines(&events);
                 body.push_str("data: [DONE]\n\n");
                 body
             }
             WireFormat::OpenAiResponses => {
-                let arguments = input.to_string();
-                let item = json!({"type": "function_call", "id": "fc_scripted", "call_id": id, "name": name, "arguments": arguments, "status": "completed"});
-                named_events(&[
-                    responses_created(),
-                    json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "function_call", "id": "fc_scripted", "call_id": id, "name": name, "arguments": "", "status": "in_progress"}}),
-                    json!({"type": "response.function_call_arguments.delta", "item_id": "fc_scripted", "output_index": 0, "delta": arguments}),
-                    json!({"type": "response.function_call_arguments.done", "item_id": "fc_scripted", "output_index": 0, "arguments": arguments}),
-                    json!({"type": "response.output_item.done", "output_index": 0, "item": item}),
-                    responses_completed(item, usage),
-                ])
+                let mut events = vec![responses_created()];
+                let mut items = Vec::new();
+                for (i, (id, name, input)) in calls.iter().enumerate() {
+                    let item_id = format!("fc_scripted_{i}");
+                    let arguments = input.to_string();
+                    let item = json!({"type": "function_call", "id": item_id, "call_id": id, "name": name, "arguments": arguments, "status": "completed"});
+                    events.extend([
+                        json!({"type": "response.output_item.added", "output_index": i, "item": {"type": "function_call", "id": item_id, "call_id": id, "name": name, "arguments": "", "status": "in_progress"}}),
+                        json!({"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": i, "delta": arguments}),
+                        json!({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": i, "arguments": arguments}),
+                        json!({"type": "response.output_item.done", "output_index": i, "item": item}),
+                    ]);
+                    items.push(item);
+                }
+                events.push(responses_completed(Value::Array(items), usage));
+                named_events(&events)
             }
-            WireFormat::Gemini => data_lines(&[gemini_chunk(
-                json!({"functionCall": {"name": name, "args": input}}),
-                usage,
-            )]),
+            WireFormat::Gemini => {
+                let parts: Vec<Value> = calls
+                    .iter()
+                    .map(|(_, name, input)| json!({"functionCall": {"name": name, "args": input}}))
+                    .collect();
+                data_lines_crlf(&[gemini_chunk(Value::Array(parts), usage)])
+            }
         }
     }
 
@@ -254,12 +303,12 @@ pub mod wire {
         json!({"type": "response.created", "response": {"id": "resp_scripted", "object": "response", "status": "in_progress", "output": []}})
     }
 
-    fn responses_completed(item: Value, usage: Usage) -> Value {
-        json!({"type": "response.completed", "response": {"id": "resp_scripted", "object": "response", "status": "completed", "output": [item], "usage": {"input_tokens": usage.input, "output_tokens": usage.output, "total_tokens": usage.input + usage.output}}})
+    fn responses_completed(output: Value, usage: Usage) -> Value {
+        json!({"type": "response.completed", "response": {"id": "resp_scripted", "object": "response", "status": "completed", "output": output, "usage": {"input_tokens": usage.input, "output_tokens": usage.output, "total_tokens": usage.input + usage.output}}})
     }
 
-    fn gemini_chunk(part: Value, usage: Usage) -> Value {
-        json!({"candidates": [{"content": {"parts": [part], "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": usage.input, "candidatesTokenCount": usage.output, "totalTokenCount": usage.input + usage.output}, "modelVersion": "scripted"})
+    fn gemini_chunk(parts: Value, usage: Usage) -> Value {
+        json!({"candidates": [{"content": {"parts": parts, "role": "model"}, "finishReason": "STOP"}], "usageMetadata": {"promptTokenCount": usage.input, "candidatesTokenCount": usage.output, "totalTokenCount": usage.input + usage.output}, "modelVersion": "scripted"})
     }
 }
 
@@ -287,6 +336,14 @@ mod tests {
                 format,
                 vec![
                     wire::tool_call(format, "call_1", "read_file", &input, USAGE),
+                    wire::tool_calls(
+                        format,
+                        &[
+                            ("call_2", "glob", json!({"pattern": "*.rs"})),
+                            ("call_3", "grep", json!({"pattern": "fn"})),
+                        ],
+                        USAGE,
+                    ),
                     wire::text(format, "All done.", USAGE),
                 ],
             )
@@ -324,11 +381,27 @@ mod tests {
                 (11, 4),
                 "{format:?}"
             );
-            let second = collect(model.provider.stream(&request).await.unwrap())
+            let parallel = collect(model.provider.stream(&request).await.unwrap())
                 .await
                 .unwrap_or_else(|e| panic!("{format:?}: {e}"));
-            assert_eq!(second.message.text(), "All done.", "{format:?}");
-            assert_eq!(server.requests().len(), 2, "{format:?}");
+            let calls: Vec<_> = parallel
+                .message
+                .tool_calls()
+                .map(|call| (call.name.to_string(), call.arguments.clone()))
+                .collect();
+            assert_eq!(
+                calls,
+                vec![
+                    ("glob".to_string(), json!({"pattern": "*.rs"})),
+                    ("grep".to_string(), json!({"pattern": "fn"})),
+                ],
+                "{format:?}"
+            );
+            let last = collect(model.provider.stream(&request).await.unwrap())
+                .await
+                .unwrap_or_else(|e| panic!("{format:?}: {e}"));
+            assert_eq!(last.message.text(), "All done.", "{format:?}");
+            assert_eq!(server.requests().len(), 3, "{format:?}");
             // Past the script: an error, not a hang.
             assert!(model.provider.stream(&request).await.is_err(), "{format:?}");
         }
