@@ -1,4 +1,4 @@
-//! The real `anvil` binary against a wiremock server that answers in the Anthropic wire format,
+//! The real `anvil` binary against the scripted server answering in the Anthropic wire format,
 //! in temporary git repositories: headless output and exit codes, stream-json with a slow
 //! reader, a closed stdout pipe, and an interactive session under tmux.
 
@@ -12,10 +12,9 @@ use std::time::{Duration, Instant};
 
 use anvil_llm::testing::anthropic_sse::{self, Usage};
 use anvil_test_support::home::Home;
-use anvil_test_support::model_server::{ScriptedServer, WireFormat};
+use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
 use anvil_test_support::poll::poll_until;
 use serde_json::{Value, json};
-use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
 
@@ -54,7 +53,7 @@ struct Machine {
     repo: PathBuf,
 }
 
-fn machine(server: &MockServer) -> Machine {
+fn machine(server: &ScriptedServer) -> Machine {
     let home = Home::new();
     home.write_config(&format!(
         "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
@@ -439,13 +438,13 @@ async fn abnormal_endings_have_their_own_exit_codes() {
         assert_eq!(v["outcome"], outcome);
     }
     // The provider keeps failing: exit 1, never 0.
-    let failing = MockServer::start().await;
-    Mock::given(wiremock::matchers::method("POST"))
-        .respond_with(ResponseTemplate::new(400).set_body_string(
+    let failing = ScriptedServer::answering(WireFormat::AnthropicMessages, |_| {
+        Answer::error(
+            400,
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
-        ))
-        .mount(&failing)
-        .await;
+        )
+    })
+    .await;
     let m = machine(&failing);
     let out = m.command().args(["-p", "x"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
