@@ -2,7 +2,10 @@
 # The dependency direction between anvil's crates is a hard rule (DESIGN.md):
 #   llm <- agent <- grader <- runner <- evals, and report <- runner/evals.
 # For each workspace crate, list the workspace crates it may depend on (normal dependencies),
-# and fail naming any edge that breaks the rule.
+# and fail naming any edge that breaks the rule. anvil-test-support is dev-only: any crate may
+# take it in [dev-dependencies], none in [dependencies] (the normal edges checked here), so it
+# is in no shipped crate's list. Last, no crate may declare a dependency it never uses
+# (scripts/unused-deps.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,7 +16,10 @@ declare -A allowed=(
   [anvil-grader]="anvil-llm anvil-agent"
   [anvil-runner]="anvil-llm anvil-agent anvil-grader anvil-report"
   [anvil-evals]="anvil-llm anvil-agent anvil-grader anvil-report anvil-runner"
-  [anvil-tests]="anvil-llm anvil-agent anvil-grader anvil-report anvil-runner anvil-evals"
+  [anvil-tests]="anvil-llm anvil-agent anvil-grader anvil-report anvil-runner anvil-evals anvil-test-support"
+  # Dev-only, below everything so every crate's tests may use it: the provider layer's SSE
+  # builders and nothing else of the workspace.
+  [anvil-test-support]="anvil-llm"
 )
 
 members=$(cargo metadata --no-deps --format-version 1 \
@@ -45,5 +51,8 @@ if grep -qx anvil-report <<<"$members"; then
   fi
 fi
 
-[[ $status -eq 0 ]] && echo "check-deps: dependency direction OK ($(wc -w <<<"$members") crates)"
+# Declared but unused dependencies.
+python3 scripts/unused-deps.py || status=1
+
+[[ $status -eq 0 ]] && echo "check-deps: dependency direction OK, no unused dependency ($(wc -w <<<"$members") crates)"
 exit $status

@@ -193,18 +193,26 @@ mod tests {
             (text, events)
         });
         let mut expected = String::new();
-        sink.send(AgentEvent::StepStarted { step: 1 }).await;
-        for i in 0..20_000 {
-            let t = format!("{i} ");
-            expected.push_str(&t);
-            sink.delta(AgentEvent::TextDelta { text: t }).await;
-        }
-        sink.send(AgentEvent::TurnFinished {
-            outcome: TurnOutcome::Done,
+        // A slow reader may slow the sender down, never stall it: a deadline, not a hang.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            sink.send(AgentEvent::StepStarted { step: 1 }).await;
+            for i in 0..20_000 {
+                let t = format!("{i} ");
+                expected.push_str(&t);
+                sink.delta(AgentEvent::TextDelta { text: t }).await;
+            }
+            sink.send(AgentEvent::TurnFinished {
+                outcome: TurnOutcome::Done,
+            })
+            .await;
         })
-        .await;
+        .await
+        .expect("the sink stalled behind the slow reader");
         drop(sink);
-        let (text, events) = reader.await.unwrap();
+        let (text, events) = tokio::time::timeout(Duration::from_secs(60), reader)
+            .await
+            .expect("the reader never saw the channel close")
+            .unwrap();
         assert_eq!(text, expected);
         // Coalescing means far fewer events than deltas reached the slow reader.
         assert!(events.len() < 20_000, "{}", events.len());
@@ -221,10 +229,18 @@ mod tests {
     async fn a_vanished_receiver_does_not_block_or_fail() {
         let (mut sink, rx) = EventSink::channel(1);
         drop(rx);
-        for _ in 0..10 {
-            sink.send(AgentEvent::StepStarted { step: 1 }).await;
-            sink.delta(AgentEvent::TextDelta { text: "x".into() }).await;
-        }
+        // Blocking would show as the deadline passing, not as a test that never ends.
+        tokio::time::timeout(Duration::from_secs(5), async {
+            for _ in 0..10 {
+                sink.send(AgentEvent::StepStarted { step: 1 }).await;
+                sink.delta(AgentEvent::TextDelta { text: "x".into() }).await;
+            }
+        })
+        .await
+        .expect("sending to a vanished receiver blocked");
+        // The sink noticed: it dropped its sender and holds nothing for a reader that is gone.
+        assert!(sink.tx.is_none(), "the sink still holds the closed channel");
+        assert!(sink.pending.is_none(), "a delta is buffered for nobody");
     }
 
     #[test]

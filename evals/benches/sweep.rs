@@ -7,28 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
+use anvil_test_support::bins;
+use anvil_test_support::sweep as support;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin(name: &str) -> std::path::PathBuf {
-    // target/<profile>/deps/sweep-… → target/<profile>/<name>
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    dir.join(name)
-}
-
 fn main() {
-    let evals = bin("anvil-evals");
-    for needed in [&evals, &bin("anvil")] {
-        assert!(
-            needed.is_file(),
-            "{} is not built; run `cargo build --release` (or without --release for a debug bench) first",
-            needed.display()
-        );
-    }
+    // Beside this bench, built and current: `cargo build --release` first for release numbers.
+    let evals = bins::built("anvil-evals");
+    bins::built("anvil");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
-mod support;
+use anvil_test_support::raw_server as support;
 
 use std::time::Duration;
 

@@ -9,12 +9,13 @@
 //! Run: `cargo bench -p anvil-runner`.
 
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anvil_llm::testing::anthropic_sse::{self, Usage};
+use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
 use nix::sys::resource::{UsageWho, getrusage};
 use serde_json::json;
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
 const RUNS: usize = 30;
@@ -31,33 +32,25 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 /// Alternates a write_file call and a final answer, so every turn is two requests.
-struct Instant2 {
-    n: std::sync::atomic::AtomicUsize,
-}
-
-impl Respond for Instant2 {
-    fn respond(&self, _: &Request) -> ResponseTemplate {
-        let i = self.n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let usage = Usage {
-            input: 10,
-            output: 5,
-        };
-        let body = if i.is_multiple_of(2) {
-            let input = json!({"file_path": "out.txt", "content": "hi\n"});
-            anthropic_sse::tool_use(
-                &format!("toolu_{i}"),
-                "write_file",
-                &input,
-                "tool_use",
-                usage,
-            )
-        } else {
-            anthropic_sse::text("Wrote out.txt.", usage)
-        };
-        ResponseTemplate::new(200)
-            .insert_header("content-type", "text/event-stream")
-            .set_body_string(body)
-    }
+fn instant2(n: &AtomicUsize) -> Answer {
+    let i = n.fetch_add(1, Ordering::SeqCst);
+    let usage = Usage {
+        input: 10,
+        output: 5,
+    };
+    let body = if i.is_multiple_of(2) {
+        let input = json!({"file_path": "out.txt", "content": "hi\n"});
+        anthropic_sse::tool_use(
+            &format!("toolu_{i}"),
+            "write_file",
+            &input,
+            "tool_use",
+            usage,
+        )
+    } else {
+        anthropic_sse::text("Wrote out.txt.", usage)
+    };
+    Answer::sse(body)
 }
 
 fn main() {
@@ -77,16 +70,11 @@ fn main() {
     let version_rss = peak_rss_mib();
 
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e}"));
-    let server = rt.block_on(async {
-        let server = MockServer::start().await;
-        Mock::given(wiremock::matchers::method("POST"))
-            .respond_with(Instant2 {
-                n: std::sync::atomic::AtomicUsize::new(0),
-            })
-            .mount(&server)
-            .await;
-        server
-    });
+    let n = AtomicUsize::new(0);
+    let server = rt.block_on(ScriptedServer::answering(
+        WireFormat::AnthropicMessages,
+        move |_| instant2(&n),
+    ));
     let home = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let cfg = home.path().join("cfg/anvil");
     std::fs::create_dir_all(&cfg).unwrap_or_else(|e| panic!("{e}"));

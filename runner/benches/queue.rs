@@ -13,6 +13,7 @@ use anvil_report::TrialRecord;
 use anvil_report::record::{Accounting, Digests, SCHEMA_VERSION, Tokens};
 use anvil_runner::jobs::queue::{self, Db, QueueLocation, SweepRow, TrialJob, TrialKey};
 use anvil_runner::jobs::worker::{self, TrialEnd, TrialHandler, WorkerOptions};
+use anvil_test_support::databases;
 use tokio_util::sync::CancellationToken;
 
 struct NoOp;
@@ -132,14 +133,13 @@ fn main() {
             db.close().await;
         }
         for workers in [1, 4] {
-            let location = queue::testing::fresh_postgres("bench")
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let url = databases::fresh_postgres("bench").await;
+            let location = QueueLocation::Postgres(url.clone());
             let db = Db::open(&location, 16).await.unwrap();
             let rate = measure(&db, "bench", jobs, workers).await;
             println!("queue/postgres workers={workers}: {rate:>7.0} jobs/s ({jobs} no-op jobs)");
             db.close().await;
-            queue::testing::drop_postgres(&location).await;
+            databases::drop_postgres(&url).await;
         }
     });
 }

@@ -14,9 +14,6 @@ mod db;
 pub(crate) mod job;
 mod location;
 mod store;
-/// Fresh Postgres databases for tests (feature `testing`: never in the shipped library).
-#[cfg(feature = "testing")]
-pub mod testing;
 mod watch;
 
 pub use db::Db;

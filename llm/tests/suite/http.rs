@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
-mod support;
+use super::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -13,10 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use anvil_runner::jobs::queue::{self, QueueLocation};
 use wiremock::MockServer;
 
-mod support;
+use anvil_test_support::databases;
+use anvil_test_support::sweep as support;
 
 /// What the issue allows between losing the database and the run ending.
 const LIMIT: Duration = Duration::from_secs(15);
@@ -263,15 +263,10 @@ async fn a_read_only_sqlite_database_stops_the_run() {
 async fn a_dropped_postgres_database_stops_the_run() {
     let server = support::model_server(Duration::from_secs(600)).await;
     let home = Home::new(&server);
-    let location = queue::testing::fresh_postgres("lost")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let QueueLocation::Postgres(url) = &location else {
-        unreachable!()
-    };
+    let url = &databases::fresh_postgres("lost").await;
     let run = home.start_run(url, "drop");
     let run = a_trial_is_running(&server, run).await;
-    queue::testing::drop_postgres(&location).await;
+    databases::drop_postgres(url).await;
     let dropped = Instant::now();
     let ended = run.wait(LIMIT);
     assert!(dropped.elapsed() < LIMIT);

@@ -1,16 +1,18 @@
-//! A model server for sweeps: wiremock answering in the Anthropic wire format as two
-//! "models" (`claude-good` writes answer.txt holding 42, `claude-bad` never does), a config
+//! A model server for sweeps: the scripted server answering in the Anthropic wire format as
+//! two "models" (`claude-good` writes answer.txt holding 42, `claude-bad` never does), a config
 //! naming them, and tasks whose check wants that answer. Shared by the sweep tests and the
 //! sweep benchmark.
-
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::time::Duration;
 
 use anvil_llm::testing::anthropic_sse::{self, Usage};
 use serde_json::{Value, json};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+use wiremock::MockServer;
+
+use crate::bins;
+use crate::home::MOCK_API_KEY;
+use crate::model_server::{Answer, ScriptedServer, WireFormat};
 
 fn text_answer(text: &str) -> String {
     anthropic_sse::text(
@@ -36,31 +38,18 @@ fn write_answer() -> String {
     )
 }
 
-pub struct Models {
-    /// Delay of each trial's first answer.
-    pub delay: Duration,
-}
-
-impl Respond for Models {
-    fn respond(&self, request: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
-        let model = body["model"].as_str().unwrap_or("");
-        let after_tool = body.to_string().contains("\"tool_result\"");
-        let answer = match (model, after_tool) {
-            ("claude-good", false) => write_answer(),
-            ("claude-good", true) => text_answer("I wrote answer.txt."),
-            _ => text_answer("I cannot work out the answer."),
-        };
-        let delay = if after_tool {
-            Duration::ZERO
-        } else {
-            self.delay
-        };
-        ResponseTemplate::new(200)
-            .insert_header("content-type", "text/event-stream")
-            .set_body_string(answer)
-            .set_delay(delay)
-    }
+/// The answer of the two models to a request: `claude-good` writes the answer with its first
+/// step, then says so; anything else cannot work it out. Each trial's first answer comes after
+/// `delay`.
+fn answer(body: &Value, delay: Duration) -> Answer {
+    let model = body["model"].as_str().unwrap_or("");
+    let after_tool = body.to_string().contains("\"tool_result\"");
+    let sse = match (model, after_tool) {
+        ("claude-good", false) => write_answer(),
+        ("claude-good", true) => text_answer("I wrote answer.txt."),
+        _ => text_answer("I cannot work out the answer."),
+    };
+    Answer::sse(sse).after(if after_tool { Duration::ZERO } else { delay })
 }
 
 // ---- the machine: config, tasks, queue -------------------------------------------------------
@@ -69,7 +58,7 @@ impl Respond for Models {
 /// `home/data`, temp files (and so workspaces) in `home`, the mock model's credential set,
 /// nothing else from this process's environment but PATH.
 pub fn evals_command(home: &Path, args: &[&str]) -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_anvil-evals"));
+    let mut c = std::process::Command::new(bins::built("anvil-evals"));
     c.args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -77,7 +66,7 @@ pub fn evals_command(home: &Path, args: &[&str]) -> std::process::Command {
         .env("XDG_CONFIG_HOME", home.join("cfg"))
         .env("XDG_DATA_HOME", home.join("data"))
         .env("TMPDIR", home)
-        .env("MOCK_API_KEY", "sk-mock-key-123")
+        .env(MOCK_API_KEY.0, MOCK_API_KEY.1)
         .stdin(std::process::Stdio::null());
     c
 }
@@ -101,6 +90,7 @@ pub fn answer_test(answer: &str) -> String {
     )
 }
 
+/// Task `name` under `root`: a repo asking for the answer, its solution and protected test.
 pub fn task(root: &Path, name: &str) {
     let dir = root.join(name);
     std::fs::create_dir_all(dir.join("repo")).unwrap();
@@ -123,11 +113,10 @@ pub fn task(root: &Path, name: &str) {
     .unwrap();
 }
 
-pub async fn model_server(delay: Duration) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(wiremock::matchers::method("POST"))
-        .respond_with(Models { delay })
-        .mount(&server)
-        .await;
-    server
+/// The two models' server; each trial's first answer comes after `delay`.
+pub async fn model_server(delay: Duration) -> ScriptedServer {
+    ScriptedServer::answering(WireFormat::AnthropicMessages, move |body| {
+        answer(body, delay)
+    })
+    .await
 }

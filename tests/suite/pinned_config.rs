@@ -19,7 +19,7 @@ use anvil_runner::jobs::queue::{Db, QueueLocation, TrialState};
 use serde_json::Value;
 use wiremock::MockServer;
 
-mod support;
+use anvil_test_support::sweep as support;
 
 /// A user config with two providers: `mock` (alias `good`'s provider) at `mock_url`, and
 /// `other` at `other_url`, each with its own credential variable.

@@ -490,12 +490,19 @@ async fn a_slow_event_consumer_does_not_grow_memory() {
         }
         (text, n, max_queued)
     });
-    assert_eq!(
-        agent.run_turn(user("go"), CancellationToken::new()).await,
-        TurnOutcome::Done
-    );
+    // A consumer this slow may delay the turn, never stall it: a deadline, not a hang.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(60),
+        agent.run_turn(user("go"), CancellationToken::new()),
+    )
+    .await
+    .expect("the turn stalled behind the slow consumer");
+    assert_eq!(outcome, TurnOutcome::Done);
     drop(agent);
-    let (text, n, max_queued) = reader.await.unwrap();
+    let (text, n, max_queued) = tokio::time::timeout(Duration::from_secs(60), reader)
+        .await
+        .expect("the consumer never saw the channel close")
+        .unwrap();
     let expected: String = (0..5_000).map(|i| format!("{i},")).collect();
     assert_eq!(text, expected);
     assert!(max_queued <= 4, "{max_queued}");
@@ -519,10 +526,14 @@ async fn dropping_the_ui_mid_turn_neither_blocks_nor_changes_the_outcome() {
         std::env::temp_dir(),
         sink,
     );
-    assert_eq!(
-        agent.run_turn(user("go"), CancellationToken::new()).await,
-        TurnOutcome::Done
-    );
+    // "Neither blocks": a deadline, so blocking fails the test instead of hanging it.
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        agent.run_turn(user("go"), CancellationToken::new()),
+    )
+    .await
+    .expect("the turn blocked on the dropped UI");
+    assert_eq!(outcome, TurnOutcome::Done);
     assert_eq!(
         agent.messages().last().map(|m| m.role),
         Some(Role::Assistant)

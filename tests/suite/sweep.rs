@@ -14,11 +14,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use anvil_runner::jobs::queue::{self, Db, QueueLocation, TrialState};
+use anvil_runner::jobs::queue::{Db, QueueLocation, TrialState};
 use serde_json::{Value, json};
 use wiremock::MockServer;
 
-mod support;
+use anvil_test_support::databases;
+use anvil_test_support::sweep as support;
 
 use support::{model_server, task};
 
@@ -38,9 +39,7 @@ async fn setup(server: &MockServer, postgres: bool, tasks: &[&str]) -> Setup {
         task(&tasks_dir, t);
     }
     let queue = if postgres {
-        queue::testing::fresh_postgres("sweep")
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
+        QueueLocation::Postgres(databases::fresh_postgres("sweep").await)
     } else {
         QueueLocation::Sqlite(home.path().join("data/queue.db"))
     };
@@ -86,7 +85,9 @@ impl Setup {
     }
 
     async fn cleanup(self) {
-        queue::testing::drop_postgres(&self.queue).await;
+        if let QueueLocation::Postgres(url) = &self.queue {
+            databases::drop_postgres(url).await;
+        }
     }
 }
 

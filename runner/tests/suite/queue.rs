@@ -15,6 +15,7 @@ use anvil_runner::jobs::queue::{
     self, Db, QueueLocation, SweepRow, SweepStart, TrialKey, TrialState,
 };
 use anvil_runner::jobs::worker::{self, TrialEnd, TrialHandler, WorkerOptions};
+use anvil_test_support::databases::{self, Database};
 use tokio_util::sync::CancellationToken;
 
 /// A trial record: graded `pass`, or an infrastructure failure when `infra` is given.
@@ -182,16 +183,17 @@ where
     F: Fn(Db) -> Fut,
     Fut: std::future::Future<Output = ()>,
 {
-    let dir = tempfile::tempdir().unwrap();
-    let sqlite = QueueLocation::Sqlite(dir.path().join("q.db"));
-    f(Db::open(&sqlite, 8).await.unwrap()).await;
-    let pg = queue::testing::fresh_postgres(name)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let db = Db::open(&pg, 8).await.unwrap();
-    f(db.clone()).await;
-    db.close().await;
-    queue::testing::drop_postgres(&pg).await;
+    let f = &f;
+    databases::on_both_databases(name, move |database| async move {
+        let location = match database {
+            Database::Sqlite(path) => QueueLocation::Sqlite(path),
+            Database::Postgres(url) => QueueLocation::Postgres(url),
+        };
+        let db = Db::open(&location, 8).await.unwrap();
+        f(db.clone()).await;
+        db.close().await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -545,9 +547,8 @@ async fn a_missing_queue_is_never_created_by_a_reader() {
 async fn trials_finished_before_the_pass_column_get_their_verdict() {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = QueueLocation::Sqlite(dir.path().join("q.db"));
-    let pg = queue::testing::fresh_postgres("backfill")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let pg_url = databases::fresh_postgres("backfill").await;
+    let pg = QueueLocation::Postgres(pg_url.clone());
     for location in [&sqlite, &pg] {
         let db = Db::open(location, 2).await.unwrap();
         let keys = sweep_with(&db, "s7", &["t"], 4, 3).await;
@@ -599,5 +600,5 @@ async fn trials_finished_before_the_pass_column_get_their_verdict() {
         assert_eq!(db.counts("s7").await.unwrap().passed, 1, "{location}");
         db.close().await;
     }
-    queue::testing::drop_postgres(&pg).await;
+    databases::drop_postgres(&pg_url).await;
 }

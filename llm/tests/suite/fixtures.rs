@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
-mod support;
+use anvil_test_support::fixtures as support;
 
 use anvil_llm::capability::Capabilities;
 use anvil_llm::providers::{gemini, openai_responses};
@@ -448,7 +448,7 @@ fn every_recorded_stream_replays_to_its_canonical_result() {
     for dir in DIRS {
         for file in support::fixture_files(dir) {
             let (protocol, expect) = expectation(dir, &file).unwrap_or_else(|| {
-                panic!("{dir}/{file} has no expectation: add one to tests/fixtures.rs")
+                panic!("{dir}/{file} has no expectation: add one to tests/suite/fixtures.rs")
             });
             let body = support::fixture(&format!("{dir}/{file}"));
             check(dir, &file, replay_body(protocol, &body), &expect);

@@ -1,14 +1,14 @@
 //! The conformance suite (build guide 6.3): five scenarios every adapter must pass, judged on
 //! canonical output only.
 //!
-//! In every test run, the scenarios run over HTTP against wiremock servers that answer in each
-//! of the four wire protocols (`scripted_*` tests), so request encoding, HTTP glue and stream
-//! decoding are exercised end to end for all of them.
+//! In every test run, the scenarios run over HTTP against the shared scripted server
+//! (anvil-test-support) answering in each of the four wire protocols (`scripted_*` tests), so
+//! request encoding, HTTP glue and stream decoding are exercised end to end for all of them.
 //!
 //! Against real model servers they are opt-in:
 //!
 //! ```text
-//! cargo test -p anvil-llm --test conformance -- --ignored --nocapture
+//! cargo test -p anvil-llm --test all conformance -- --ignored --nocapture
 //! ```
 //!
 //! Live targets, each enabled by its environment:
@@ -38,6 +38,8 @@ use anvil_llm::{
     ChatRequest, Completion, ContentBlock, FinishReason, Message, Protocol, Provider, Role, Tail,
     ToolSpec, collect, validate_transcript,
 };
+use anvil_test_support::model_server::wire::{self, Usage};
+use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
 use serde_json::json;
 
 fn env(name: &str) -> Option<String> {
@@ -360,218 +362,91 @@ async fn local_anthropic() {
     run_target("local anthropic", Arc::new(p), &model).await;
 }
 
-// ---- the same scenarios in CI, against wiremock -----------------------------------------------
+// ---- the same scenarios in CI, against the shared scripted server -----------------------------
 
-/// Streams written in each protocol's wire shape (patterned on the recordings in
-/// shared/fixtures) that answer the five scenarios correctly.
-mod scripted {
-    use anvil_llm::Protocol;
-    use serde_json::{Value, json};
-
-    pub enum Answer<'a> {
-        Text(&'a str),
-        Calls(&'a [(&'a str, Value)]),
-    }
-
-    fn sse(events: &[(Option<&str>, Value)], separator: &str) -> String {
-        events
-            .iter()
-            .map(|(name, data)| match name {
-                Some(n) => format!("event: {n}{separator}data: {data}{separator}{separator}"),
-                None => format!("data: {data}{separator}{separator}"),
-            })
-            .collect()
-    }
-
-    pub fn body(protocol: Protocol, answer: &Answer<'_>) -> String {
-        match protocol {
-            Protocol::Anthropic => anthropic(answer),
-            Protocol::OpenaiChat => openai_chat(answer),
-            Protocol::OpenaiResponses => openai_responses(answer),
-            Protocol::Gemini => gemini(answer),
-        }
-    }
-
-    fn anthropic(answer: &Answer<'_>) -> String {
-        let mut ev = vec![(
-            Some("message_start"),
-            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant", "content": [], "usage": {"input_tokens": 42, "cache_read_input_tokens": 0, "output_tokens": 1}}}),
-        )];
-        let stop = match answer {
-            Answer::Text(t) => {
-                ev.push((Some("content_block_start"), json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})));
-                ev.push((Some("ping"), json!({"type": "ping"})));
-                ev.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": t}})));
-                ev.push((
-                    Some("content_block_stop"),
-                    json!({"type": "content_block_stop", "index": 0}),
-                ));
-                "end_turn"
-            }
-            Answer::Calls(calls) => {
-                for (i, (id, args)) in calls.iter().enumerate() {
-                    ev.push((Some("content_block_start"), json!({"type": "content_block_start", "index": i, "content_block": {"type": "tool_use", "id": id, "name": "get_weather", "input": {}}})));
-                    ev.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": ""}})));
-                    ev.push((Some("content_block_delta"), json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": args.to_string()}})));
-                    ev.push((
-                        Some("content_block_stop"),
-                        json!({"type": "content_block_stop", "index": i}),
-                    ));
-                }
-                "tool_use"
-            }
-        };
-        ev.push((Some("message_delta"), json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 12}})));
-        ev.push((Some("message_stop"), json!({"type": "message_stop"})));
-        sse(&ev, "\n")
-    }
-
-    fn openai_chat(answer: &Answer<'_>) -> String {
-        let chunk = |delta: Value, finish: Value| json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": null});
-        let mut ev = vec![(
-            None,
-            chunk(
-                json!({"role": "assistant", "content": "", "refusal": null}),
-                Value::Null,
-            ),
-        )];
-        let finish = match answer {
-            Answer::Text(t) => {
-                ev.push((None, chunk(json!({"content": t}), Value::Null)));
-                "stop"
-            }
-            Answer::Calls(calls) => {
-                for (i, (id, args)) in calls.iter().enumerate() {
-                    ev.push((None, chunk(json!({"tool_calls": [{"index": i, "id": id, "type": "function", "function": {"name": "get_weather", "arguments": ""}}]}), Value::Null)));
-                    ev.push((None, chunk(json!({"tool_calls": [{"index": i, "function": {"arguments": args.to_string()}}]}), Value::Null)));
-                }
-                "tool_calls"
-            }
-        };
-        ev.push((None, chunk(json!({}), json!(finish))));
-        ev.push((None, json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 12, "total_tokens": 54}})));
-        let mut body = sse(&ev, "\n");
-        body.push_str("data: [DONE]\n\n");
-        body
-    }
-
-    fn openai_responses(answer: &Answer<'_>) -> String {
-        let mut ev = vec![(
-            Some("response.created"),
-            json!({"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "usage": null}}),
-        )];
-        match answer {
-            Answer::Text(t) => {
-                ev.push((Some("response.output_item.added"), json!({"type": "response.output_item.added", "output_index": 0, "item": {"id": "msg_1", "type": "message", "status": "in_progress", "content": [], "role": "assistant"}})));
-                ev.push((Some("response.output_text.delta"), json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": t})));
-                ev.push((Some("response.output_item.done"), json!({"type": "response.output_item.done", "output_index": 0, "item": {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant", "content": [{"type": "output_text", "text": t}]}})));
-            }
-            Answer::Calls(calls) => {
-                for (i, (id, args)) in calls.iter().enumerate() {
-                    let item_id = format!("fc_{i}");
-                    ev.push((Some("response.output_item.added"), json!({"type": "response.output_item.added", "output_index": i, "item": {"type": "function_call", "id": item_id, "call_id": id, "name": "get_weather", "arguments": "", "status": "in_progress"}})));
-                    ev.push((Some("response.function_call_arguments.delta"), json!({"type": "response.function_call_arguments.delta", "item_id": item_id, "output_index": i, "delta": args.to_string()})));
-                    ev.push((Some("response.function_call_arguments.done"), json!({"type": "response.function_call_arguments.done", "item_id": item_id, "output_index": i, "arguments": args.to_string()})));
-                    ev.push((Some("response.output_item.done"), json!({"type": "response.output_item.done", "output_index": i, "item": {"type": "function_call", "id": item_id, "call_id": id, "name": "get_weather", "arguments": args.to_string(), "status": "completed"}})));
-                }
-            }
-        }
-        ev.push((Some("response.completed"), json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed", "usage": {"input_tokens": 42, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 12, "total_tokens": 54}}})));
-        sse(&ev, "\n")
-    }
-
-    fn gemini(answer: &Answer<'_>) -> String {
-        let parts: Vec<Value> = match answer {
-            Answer::Text(t) => vec![json!({"text": t})],
-            Answer::Calls(calls) => calls
-                .iter()
-                .map(|(_, args)| json!({"functionCall": {"name": "get_weather", "args": args}}))
-                .collect(),
-        };
-        let usage =
-            json!({"promptTokenCount": 42, "candidatesTokenCount": 12, "totalTokenCount": 54});
-        let ev = vec![(
-            None,
-            json!({"candidates": [{"content": {"parts": parts, "role": "model"}, "finishReason": "STOP", "index": 0}], "usageMetadata": usage, "modelVersion": "gemini-scripted"}),
-        )];
-        // Gemini separates events with CRLF pairs.
-        sse(&ev, "\r\n")
+/// The wire format of `protocol` in the shared scripted server.
+fn wire_format(protocol: Protocol) -> WireFormat {
+    match protocol {
+        Protocol::Anthropic => WireFormat::AnthropicMessages,
+        Protocol::OpenaiChat => WireFormat::OpenAiChat,
+        Protocol::OpenaiResponses => WireFormat::OpenAiResponses,
+        Protocol::Gemini => WireFormat::Gemini,
     }
 }
 
 /// Answers each scenario's request the way a capable model would, in `protocol`'s wire format.
-struct ScenarioServer(Protocol);
-
-impl wiremock::Respond for ScenarioServer {
-    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
-        use scripted::Answer;
-        let body = String::from_utf8_lossy(&request.body);
-        let answer = if body.contains("-3°C, snow") {
-            // The result must be bound to its call the way this protocol binds them.
-            let bound = match self.0 {
-                Protocol::Gemini => body.contains(r#""functionResponse":{"name":"get_weather""#),
-                _ => body.contains("call_conformance_oslo_3"),
-            };
-            if !bound {
-                return wiremock::ResponseTemplate::new(400)
-                    .set_body_string("tool result not bound to its call");
-            }
-            Answer::Text("It is -3°C with snow in Oslo.")
-        } else if body.contains("Oslo and in Lima") {
-            Answer::Calls(&[
-                ("call_conformance_oslo_1", json!({"city": "Oslo"})),
-                ("call_conformance_lima_2", json!({"city": "Lima"})),
-            ])
-        } else if body.contains("weather in Oslo") {
-            Answer::Calls(&[("call_conformance_oslo_3", json!({"city": "Oslo"}))])
-        } else if body.contains("pong") {
-            Answer::Text("pong")
-        } else {
-            return wiremock::ResponseTemplate::new(400).set_body_string("unexpected request");
+fn scenario_answer(protocol: Protocol, request: &serde_json::Value) -> Answer {
+    let format = wire_format(protocol);
+    let usage = Usage {
+        input: 42,
+        output: 12,
+    };
+    let body = request.to_string();
+    if body.contains("-3°C, snow") {
+        // The result must be bound to its call the way this protocol binds them.
+        let bound = match protocol {
+            Protocol::Gemini => body.contains(r#""functionResponse":{"name":"get_weather""#),
+            _ => body.contains("call_conformance_oslo_3"),
         };
-        wiremock::ResponseTemplate::new(200)
-            .insert_header("content-type", "text/event-stream")
-            .set_body_string(scripted::body(self.0, &answer))
+        if !bound {
+            return Answer::error(400, "tool result not bound to its call");
+        }
+        Answer::sse(wire::text(format, "It is -3°C with snow in Oslo.", usage))
+    } else if body.contains("Oslo and in Lima") {
+        Answer::sse(wire::tool_calls(
+            format,
+            &[
+                (
+                    "call_conformance_oslo_1",
+                    "get_weather",
+                    json!({"city": "Oslo"}),
+                ),
+                (
+                    "call_conformance_lima_2",
+                    "get_weather",
+                    json!({"city": "Lima"}),
+                ),
+            ],
+            usage,
+        ))
+    } else if body.contains("weather in Oslo") {
+        Answer::sse(wire::tool_call(
+            format,
+            "call_conformance_oslo_3",
+            "get_weather",
+            &json!({"city": "Oslo"}),
+            usage,
+        ))
+    } else if body.contains("pong") {
+        Answer::sse(wire::text(format, "pong", usage))
+    } else {
+        Answer::error(400, "unexpected request")
     }
 }
 
 async fn scripted_target(protocol: Protocol) {
-    let server = wiremock::MockServer::start().await;
-    let (route, provider): (&str, Arc<dyn Provider>) = match protocol {
-        Protocol::Anthropic => (
-            "/v1/messages",
-            Arc::new(Anthropic::new("k").unwrap().with_base_url(server.uri())),
+    let server = ScriptedServer::answering(wire_format(protocol), move |request| {
+        scenario_answer(protocol, request)
+    })
+    .await;
+    let provider: Arc<dyn Provider> = match protocol {
+        Protocol::Anthropic => Arc::new(Anthropic::new("k").unwrap().with_base_url(server.uri())),
+        Protocol::OpenaiChat => Arc::new(
+            OpenAiChat::new(None)
+                .unwrap()
+                .with_base_url(format!("{}/v1", server.uri())),
         ),
-        Protocol::OpenaiChat => (
-            "/v1/chat/completions",
-            Arc::new(
-                OpenAiChat::new(None)
-                    .unwrap()
-                    .with_base_url(format!("{}/v1", server.uri())),
-            ),
+        Protocol::OpenaiResponses => Arc::new(
+            OpenAiResponses::new(Some("k".into()))
+                .unwrap()
+                .with_base_url(format!("{}/v1", server.uri())),
         ),
-        Protocol::OpenaiResponses => (
-            "/v1/responses",
-            Arc::new(
-                OpenAiResponses::new(Some("k".into()))
-                    .unwrap()
-                    .with_base_url(format!("{}/v1", server.uri())),
-            ),
-        ),
-        Protocol::Gemini => (
-            "/v1beta/models/scripted-model:streamGenerateContent",
-            Arc::new(
-                Gemini::new("k")
-                    .unwrap()
-                    .with_base_url(format!("{}/v1beta", server.uri())),
-            ),
+        Protocol::Gemini => Arc::new(
+            Gemini::new("k")
+                .unwrap()
+                .with_base_url(format!("{}/v1beta", server.uri())),
         ),
     };
-    wiremock::Mock::given(wiremock::matchers::method("POST"))
-        .and(wiremock::matchers::path(route))
-        .respond_with(ScenarioServer(protocol))
-        .mount(&server)
-        .await;
     let results = conformance(provider, "scripted-model").await;
     for (name, _, outcome) in &results {
         assert_eq!(outcome, &Ok(()), "{protocol}: scenario {name}");

@@ -1,39 +1,5 @@
-//! Shared helpers for anvil-llm's integration tests.
-#![allow(dead_code)]
-
-use std::path::PathBuf;
-
-/// `shared/fixtures/`, beside the repository (override with `ANVIL_FIXTURES`).
-pub fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("ANVIL_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures"),
-    }
-}
-
-/// The bytes of `shared/fixtures/<rel>`, with a message saying where they were looked for.
-pub fn fixture(rel: &str) -> Vec<u8> {
-    let path = fixtures_dir().join(rel);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "fixture {} not readable ({e}); the recorded streams live in shared/fixtures beside the repository, or set ANVIL_FIXTURES",
-            path.display()
-        )
-    })
-}
-
-/// Every `.sse` file in `shared/fixtures/<dir>`, sorted.
-pub fn fixture_files(dir: &str) -> Vec<String> {
-    let path = fixtures_dir().join(dir);
-    let mut names: Vec<String> = std::fs::read_dir(&path)
-        .unwrap_or_else(|e| panic!("cannot list {} ({e})", path.display()))
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".sse"))
-        .collect();
-    names.sort();
-    names
-}
+//! A tiny HTTP server on a raw TCP socket, for what wiremock cannot do: stream slowly, or
+//! without end.
 
 /// What a [`RawServer`] does after reading a request's headers.
 #[derive(Debug, Clone, Copy)]

@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex};
 
 use anvil_llm::testing::anthropic_sse::{self, Usage};
 use serde_json::{Value, json};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-mod support;
-
-const EVALS: &str = env!("CARGO_BIN_EXE_anvil-evals");
+use anvil_test_support::bins;
+use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
+use anvil_test_support::sweep as support;
 
 /// First answer: run `probe` with bash. After the tool result: keep it, and stop.
 struct Prober {
@@ -22,9 +21,8 @@ struct Prober {
     seen: Arc<Mutex<Vec<String>>>,
 }
 
-impl Respond for Prober {
-    fn respond(&self, request: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+impl Prober {
+    fn answer(&self, body: &Value) -> Answer {
         let usage = Usage {
             input: 40,
             output: 9,
@@ -51,9 +49,7 @@ impl Respond for Prober {
                 usage,
             )
         };
-        ResponseTemplate::new(200)
-            .insert_header("content-type", "text/event-stream")
-            .set_body_string(answer)
+        Answer::sse(answer)
     }
 }
 
@@ -115,18 +111,18 @@ async fn a_trial_cannot_find_the_answer_from_inside() {
         checkout = checkout.display(),
     );
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let server = MockServer::start().await;
-    Mock::given(wiremock::matchers::method("POST"))
-        .respond_with(Prober {
-            probe,
-            seen: seen.clone(),
-        })
-        .mount(&server)
-        .await;
+    let prober = Prober {
+        probe,
+        seen: seen.clone(),
+    };
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |body| {
+        prober.answer(body)
+    })
+    .await;
     let cfg = h.join("cfg/anvil");
     std::fs::create_dir_all(&cfg).unwrap();
     std::fs::write(cfg.join("config.toml"), support::config(&server)).unwrap();
-    let out = Command::new(EVALS)
+    let out = Command::new(bins::built("anvil-evals"))
         .args(["run", "--tasks"])
         .arg(tasks.join("*"))
         .args(["--models", "good", "--trials", "1", "--sweep", "hunt"])

@@ -1,4 +1,4 @@
-//! The real `anvil` binary against a wiremock server that answers in the Anthropic wire format,
+//! The real `anvil` binary against the scripted server answering in the Anthropic wire format,
 //! in temporary git repositories: headless output and exit codes, stream-json with a slow
 //! reader, a closed stdout pipe, and an interactive session under tmux.
 
@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anvil_llm::testing::anthropic_sse::{self, Usage};
+use anvil_test_support::home::Home;
+use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
+use anvil_test_support::poll::poll_until;
 use serde_json::{Value, json};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
 const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
 
@@ -40,86 +42,32 @@ fn tool_answer_ending(id: &str, name: &str, input: Value, stop_reason: &str) -> 
 }
 
 /// Answers requests with `bodies` in order; past the end, with an error.
-struct Script {
-    bodies: Vec<String>,
-    next: AtomicUsize,
-}
-
-impl Respond for Script {
-    fn respond(&self, _: &Request) -> ResponseTemplate {
-        let i = self.next.fetch_add(1, Ordering::SeqCst);
-        match self.bodies.get(i) {
-            Some(body) => ResponseTemplate::new(200)
-                .insert_header("content-type", "text/event-stream")
-                .set_body_string(body.clone()),
-            None => ResponseTemplate::new(400).set_body_string("script exhausted"),
-        }
-    }
-}
-
-async fn server(bodies: Vec<String>) -> MockServer {
-    let server = MockServer::start().await;
-    Mock::given(wiremock::matchers::method("POST"))
-        .and(wiremock::matchers::path("/v1/messages"))
-        .respond_with(Script {
-            bodies,
-            next: AtomicUsize::new(0),
-        })
-        .mount(&server)
-        .await;
-    server
+async fn server(bodies: Vec<String>) -> ScriptedServer {
+    ScriptedServer::in_order(WireFormat::AnthropicMessages, bodies).await
 }
 
 // ---- a user's machine: home, config, a git repository ------------------------------------------
 
 struct Machine {
-    home: tempfile::TempDir,
+    home: Home,
     repo: PathBuf,
 }
 
-fn machine(server: &MockServer) -> Machine {
-    let home = tempfile::tempdir().unwrap();
-    let cfg = home.path().join("cfg/anvil");
-    std::fs::create_dir_all(&cfg).unwrap();
-    std::fs::write(
-        cfg.join("config.toml"),
-        format!(
-            "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
-            server.uri()
-        ),
-    )
-    .unwrap();
-    let repo = home.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    std::fs::write(repo.join("greet.txt"), "hello world\n").unwrap();
-    let git = |args: &[&str]| {
-        Command::new("git")
-            .args(args)
-            .current_dir(&repo)
-            .env("GIT_AUTHOR_NAME", "t")
-            .env("GIT_AUTHOR_EMAIL", "t@example.com")
-            .env("GIT_COMMITTER_NAME", "t")
-            .env("GIT_COMMITTER_EMAIL", "t@example.com")
-            .output()
-            .unwrap()
-    };
-    git(&["init", "-q"]);
-    git(&["add", "."]);
-    git(&["commit", "-qm", "init"]);
+fn machine(server: &ScriptedServer) -> Machine {
+    let home = Home::new();
+    home.write_config(&format!(
+        "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
+        server.uri()
+    ));
+    let repo = home.git_repo("repo", &[("greet.txt", "hello world\n")]);
     Machine { home, repo }
 }
 
 impl Machine {
+    /// `anvil` in the repository, seeing only the home.
     fn command(&self) -> Command {
-        let mut c = Command::new(ANVIL);
-        c.current_dir(&self.repo)
-            .env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.home.path())
-            .env("XDG_CONFIG_HOME", self.home.path().join("cfg"))
-            .env("XDG_DATA_HOME", self.home.path().join("data"))
-            .env("MOCK_API_KEY", "sk-mock-key-123")
-            .stdin(Stdio::null());
+        let mut c = self.home.command(ANVIL);
+        c.current_dir(&self.repo);
         c
     }
 }
@@ -490,13 +438,13 @@ async fn abnormal_endings_have_their_own_exit_codes() {
         assert_eq!(v["outcome"], outcome);
     }
     // The provider keeps failing: exit 1, never 0.
-    let failing = MockServer::start().await;
-    Mock::given(wiremock::matchers::method("POST"))
-        .respond_with(ResponseTemplate::new(400).set_body_string(
+    let failing = ScriptedServer::answering(WireFormat::AnthropicMessages, |_| {
+        Answer::error(
+            400,
             r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#,
-        ))
-        .mount(&failing)
-        .await;
+        )
+    })
+    .await;
     let m = machine(&failing);
     let out = m.command().args(["-p", "x"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
@@ -609,20 +557,15 @@ fn alive(pid: i32) -> bool {
 }
 
 fn wait_for_file(path: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path)
-            && !s.trim().is_empty()
-        {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    poll_until(
+        Duration::from_secs(20),
+        &format!("{} never appeared", path.display()),
+        || {
+            std::fs::read_to_string(path)
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+        },
+    )
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -875,7 +818,7 @@ async fn ctrl_c_in_a_terminal_cancels_the_turn_and_the_next_prompt_works() {
 
 /// An interactive session in tmux whose model asks to run `touch should-not-exist`, then
 /// answers `next`; returns once the approval prompt is on screen.
-async fn at_the_approval_prompt(next: &str) -> (MockServer, Machine, Tmux) {
+async fn at_the_approval_prompt(next: &str) -> (ScriptedServer, Machine, Tmux) {
     let server = server(vec![
         tool_answer(
             "toolu_1",

@@ -156,12 +156,16 @@ async fn background_jobs_do_not_outlive_a_finished_command() {
 #[tokio::test]
 async fn unlimited_output_is_truncated_without_deadlock() {
     let dir = tempfile::tempdir().unwrap();
-    let (out, is_error) = bash(
-        dir.path(),
-        json!({"command": "yes | head -c 10000000"}),
-        CancellationToken::new(),
+    let (out, is_error) = tokio::time::timeout(
+        Duration::from_secs(60),
+        bash(
+            dir.path(),
+            json!({"command": "yes | head -c 10000000"}),
+            CancellationToken::new(),
+        ),
     )
-    .await;
+    .await
+    .expect("capturing unlimited output deadlocked");
     assert!(!is_error);
     assert!(
         out.starts_with("Exit code: 0\nstdout:\ny\ny\n"),
@@ -177,12 +181,16 @@ async fn a_detached_child_holding_the_pipe_cannot_hang_the_call() {
     let dir = tempfile::tempdir().unwrap();
     let started = Instant::now();
     // setsid puts the child in its own session (out of our process group), still holding stdout.
-    let (out, is_error) = bash(
-        dir.path(),
-        json!({"command": "setsid sh -c 'echo $$ > detached.pid; exec sleep 30' & sleep 0.2; echo done"}),
-        CancellationToken::new(),
+    let (out, is_error) = tokio::time::timeout(
+        Duration::from_secs(20),
+        bash(
+            dir.path(),
+            json!({"command": "setsid sh -c 'echo $$ > detached.pid; exec sleep 30' & sleep 0.2; echo done"}),
+            CancellationToken::new(),
+        ),
     )
-    .await;
+    .await
+    .expect("the detached child's pipe hung the call");
     assert!(!is_error, "{out}");
     assert!(out.contains("done"), "{out}");
     assert!(

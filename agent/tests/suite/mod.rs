@@ -1,0 +1,7 @@
+mod agent_loop;
+mod bash;
+mod fs_tools;
+mod permissions;
+mod sandbox_escape;
+mod sandbox_limits;
+mod sandbox_privilege;

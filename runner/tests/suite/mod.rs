@@ -1,0 +1,2 @@
+mod cli;
+mod queue;
