@@ -1,0 +1,295 @@
+//! Sessions through the real `anvil` binary and a real signal: `kill -9` mid-tool and
+//! mid-stream, then `--continue` / `--resume`; a second process on a live session; a session
+//! file that does not read.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anvil_llm::testing::anthropic_sse::{self, Usage};
+use anvil_test_support::home::Home;
+use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
+use anvil_test_support::poll::poll_until;
+use serde_json::{Value, json};
+
+const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
+
+const USAGE: Usage = Usage {
+    input: 50,
+    output: 10,
+};
+
+struct Machine {
+    home: Home,
+    repo: PathBuf,
+}
+
+fn machine(server: &ScriptedServer) -> Machine {
+    let home = Home::new();
+    home.write_config(&format!(
+        "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
+        server.uri()
+    ));
+    let repo = home.git_repo("repo", &[("notes.txt", "notes\n")]);
+    Machine { home, repo }
+}
+
+impl Machine {
+    fn anvil(&self, args: &[&str]) -> Command {
+        let mut c = self.home.command(ANVIL);
+        c.current_dir(&self.repo).args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.anvil(args).output().unwrap()
+    }
+
+    fn sessions_dir(&self) -> PathBuf {
+        self.home.path().join("data/anvil/sessions")
+    }
+
+    /// Every session file of this home.
+    fn session_files(&self) -> Vec<PathBuf> {
+        let mut found = Vec::new();
+        let Ok(dirs) = std::fs::read_dir(self.sessions_dir()) else {
+            return found;
+        };
+        for dir in dirs.flatten() {
+            for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+                if f.path().extension().is_some_and(|e| e == "jsonl") {
+                    found.push(f.path());
+                }
+            }
+        }
+        found
+    }
+}
+
+fn kill_9(child: &mut Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    child.wait().unwrap();
+}
+
+fn json_out(out: &Output) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "{e}: stdout {stdout:?} stderr {:?}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The tool results of the last request the server received.
+fn last_results(server: &ScriptedServer) -> Vec<String> {
+    let requests = server.requests();
+    let last = requests.last().unwrap();
+    last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| b["content"].to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_tool_then_continue_reports_an_unknown_outcome_and_never_reruns_it() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |_| {
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Answer::sse(anthropic_sse::tool_use(
+                "toolu_1",
+                "bash",
+                &json!({"command": "echo ran >> ran.txt; sleep 60"}),
+                "tool_use",
+                USAGE,
+            )),
+            _ => Answer::sse(anthropic_sse::text("picked up where we left off", USAGE)),
+        }
+    })
+    .await;
+    let m = machine(&server);
+    let mut first = m
+        .anvil(&["-p", "run the slow thing", "--permission-mode", "bypass"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ran = m.repo.join("ran.txt");
+    poll_until(Duration::from_secs(30), "the tool to start", || {
+        ran.exists().then_some(())
+    });
+    kill_9(&mut first);
+
+    let files = m.session_files();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    assert!(text.contains("\"tool_started\""), "{text}");
+    assert!(!text.contains("\"tool_finished\""), "{text}");
+
+    let out = m.run(&[
+        "-p",
+        "go on",
+        "--continue",
+        "--permission-mode",
+        "bypass",
+        "--output-format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let result = json_out(&out);
+    assert_eq!(result["outcome"], "done");
+    let id = files[0].file_stem().unwrap().to_str().unwrap();
+    assert_eq!(result["session_id"], id, "resumed under the same id");
+    let results = last_results(&server);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(results[0].contains("Unknown outcome"), "{results:?}");
+    assert_eq!(
+        std::fs::read_to_string(&ran).unwrap(),
+        "ran\n",
+        "the cut-off command was not run again"
+    );
+    assert_eq!(m.session_files().len(), 1, "appended to the same file");
+
+    let listed = m.run(&["sessions"]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains(id) && listed.contains("2 prompts"),
+        "{listed}"
+    );
+    let replay = m.run(&["replay", id]);
+    let replay = String::from_utf8_lossy(&replay.stdout);
+    assert!(replay.contains("⏺ bash("), "{replay}");
+    assert!(replay.contains("Unknown outcome"), "{replay}");
+    assert!(replay.contains("picked up where we left off"), "{replay}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_stream_then_resume_id_continues_with_a_valid_transcript() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |_| {
+        match count.fetch_add(1, Ordering::SeqCst) {
+            // The first answer never arrives in time: the process dies waiting on it.
+            0 => Answer::sse(anthropic_sse::text("too late", USAGE)).after(Duration::from_secs(60)),
+            _ => Answer::sse(anthropic_sse::text("here now", USAGE)),
+        }
+    })
+    .await;
+    let m = machine(&server);
+    let mut first = m
+        .anvil(&["-p", "first question"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    poll_until(Duration::from_secs(30), "the request to arrive", || {
+        (!server.requests().is_empty()).then_some(())
+    });
+    kill_9(&mut first);
+    let files = m.session_files();
+    assert_eq!(files.len(), 1);
+    let id = files[0].file_stem().unwrap().to_str().unwrap().to_string();
+
+    let out = m.run(&[
+        "-p",
+        "second question",
+        "--resume",
+        &id,
+        "--output-format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json_out(&out)["text"], "here now");
+    // Both prompts reached the model, merged into one user message (roles alternate).
+    let requests = server.requests();
+    let sent = requests.last().unwrap()["messages"].to_string();
+    assert!(
+        sent.contains("first question") && sent.contains("second question"),
+        "{sent}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_session_is_not_resumed_by_a_second_process() {
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |_| {
+        Answer::sse(anthropic_sse::text("slow", USAGE)).after(Duration::from_secs(60))
+    })
+    .await;
+    let m = machine(&server);
+    let mut first = m
+        .anvil(&["-p", "hold it"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    poll_until(Duration::from_secs(30), "the request to arrive", || {
+        (!server.requests().is_empty()).then_some(())
+    });
+    let out = m.run(&["-p", "me too", "--continue", "--output-format", "json"]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let error = json_out(&out)["error"].as_str().unwrap().to_string();
+    assert!(
+        error.contains("in use by another anvil process")
+            && error.contains(&format!("pid {}", first.id())),
+        "{error}"
+    );
+    kill_9(&mut first);
+    // The lock died with its holder.
+    let after = m.run(&["sessions"]);
+    assert_eq!(after.status.code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_file_that_does_not_read_is_refused_naming_the_line_and_kept_as_is() {
+    let server = ScriptedServer::in_order(
+        WireFormat::AnthropicMessages,
+        vec![anthropic_sse::text("one", USAGE)],
+    )
+    .await;
+    let m = machine(&server);
+    let out = m.run(&["-p", "hello", "--output-format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let id = json_out(&out)["session_id"].as_str().unwrap().to_string();
+    let file = m.session_files().pop().unwrap();
+    let mut text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let broken = format!(
+        "{}\n{{oops\n{}\n",
+        lines[..2].join("\n"),
+        lines[2..].join("\n")
+    );
+    std::fs::write(&file, &broken).unwrap();
+    text.clone_from(&broken);
+
+    let out = m.run(&["-p", "again", "--resume", &id, "--output-format", "json"]);
+    assert_eq!(out.status.code(), Some(6), "{out:?}");
+    let error = json_out(&out)["error"].as_str().unwrap().to_string();
+    assert!(
+        error.contains(&file.display().to_string()) && error.contains("line 3"),
+        "{error}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        text,
+        "nothing rewritten"
+    );
+    let out = m.run(&["-p", "x", "--resume", "no-such-session"]);
+    assert_eq!(out.status.code(), Some(6));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no session no-such-session"),
+        "{out:?}"
+    );
+}
