@@ -14,10 +14,10 @@
 //!
 //! - Every record is one `write` of one whole line to a file opened for appending; nothing is
 //!   buffered in the process, so `kill -9` loses no record that was written.
-//! - `session_started`, `tool_started` and `tool_finished` are synced (`fdatasync`) before the
-//!   writer returns: a tool call is on disk *before* it has any effect, and its finish right
-//!   after its result. Other records reach the disk with the page cache (a power loss may lose
-//!   the last ones; a process crash does not).
+//! - `tool_started` and `tool_finished` are synced (`fdatasync`) before the writer returns: a
+//!   tool call is on disk *before* it has any effect, and its finish right after its result.
+//!   Every other record (and a new file's name) reaches the disk with the page cache: a power
+//!   loss may lose the last of them, a process crash loses none.
 //! - A crash mid-write leaves at most a torn final line (no newline): loading leaves it out,
 //!   and resuming cuts it off. Any other line that does not read — malformed, out of sequence,
 //!   from a newer format — refuses the whole file with its line number; nothing is half-read
@@ -26,8 +26,8 @@
 //!   answers it as such and never runs it again by itself ([`repair`]).
 //! - A failed append (a full disk) is undone and returned; the agent ends the turn as failed.
 //! - Known secret values are redacted from every string of a record before it is written.
-//! - One process appends to a file at a time: an advisory lock (`<id>.jsonl.lock`), released
-//!   when the process exits however it exits.
+//! - One process appends to a file at a time: an advisory lock (`flock`) on the file itself,
+//!   released when the process exits however it exits.
 
 /// The file format.
 pub mod record;

@@ -99,9 +99,7 @@ impl Record {
     pub fn is_synced(&self) -> bool {
         matches!(
             self,
-            Record::SessionStarted { .. }
-                | Record::ToolStarted { .. }
-                | Record::ToolFinished { .. }
+            Record::ToolStarted { .. } | Record::ToolFinished { .. }
         )
     }
 }

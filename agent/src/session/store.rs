@@ -153,16 +153,12 @@ impl SessionStore {
         std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let id = new_id();
         let path = dir.join(format!("{id}.jsonl"));
-        let lock = SessionLock::acquire(&path)?;
         let file = OpenOptions::new()
             .create_new(true)
             .append(true)
             .open(&path)
             .map_err(io(&path))?;
-        // The new file's name is durable too.
-        if let Ok(d) = File::open(&dir) {
-            let _ = d.sync_all();
-        }
+        lock(&file, &path)?;
         let mut writer = SessionWriter {
             file,
             path,
@@ -170,7 +166,6 @@ impl SessionStore {
             next_seq: 1,
             len: 0,
             redactor,
-            _lock: lock,
         };
         let started = Record::SessionStarted {
             id,
@@ -273,45 +268,36 @@ fn new_id() -> String {
     )
 }
 
-/// An exclusive advisory lock on a session (`<id>.jsonl.lock`, holding the holder's pid):
-/// released when the holder exits, however it exits — `kill -9` included.
-#[derive(Debug)]
-struct SessionLock {
-    _file: File,
-}
-
-impl SessionLock {
-    fn acquire(session: &Path) -> Result<Self, SessionError> {
-        let mut name = session.as_os_str().to_owned();
-        name.push(".lock");
-        let path = PathBuf::from(name);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io(&path))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                return Err(SessionError::Locked {
-                    path: session.to_path_buf(),
-                    pid: text.trim().parse().ok(),
-                });
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
-        }
-        // Ours now: say who holds it.
-        let _ = file.set_len(0);
-        let _ = file.write_all(format!("{}\n", std::process::id()).as_bytes());
-        Ok(Self { _file: file })
+/// Takes the exclusive advisory lock (`flock`) on an open session file: released when the
+/// file is closed, however the holder exits — `kill -9` included. No second file is made for
+/// it (creating a file costs a millisecond on a slow disk, every headless turn); the holder's
+/// pid, for the message, comes from `/proc/locks` where there is one.
+fn lock(file: &File, path: &Path) -> Result<(), SessionError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SessionError::Locked {
+            path: path.to_path_buf(),
+            pid: holder(file),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io(path)(e)),
     }
 }
 
-/// Appends records to one session file, holding its lock.
+/// The pid holding a `flock` on `file`, from `/proc/locks` (Linux): lines like
+/// `1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234567 0 EOF`, matched by inode.
+fn holder(file: &File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let inode = file.metadata().ok()?.ino();
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (kind, pid, dev) = (fields.get(1)?, fields.get(4)?, fields.get(5)?);
+        let ino: u64 = dev.rsplit(':').next()?.parse().ok()?;
+        (*kind == "FLOCK" && ino == inode).then(|| pid.parse().ok())?
+    })
+}
+
+/// Appends records to one session file, holding its lock (the file's `flock`).
 ///
 /// Each record is one `write` of one whole line to a file opened for appending, so a crash
 /// leaves at most the last line torn. A failed write (a full disk) is undone — the file is
@@ -326,7 +312,6 @@ pub struct SessionWriter {
     /// Bytes of whole lines in the file.
     len: u64,
     redactor: Option<Arc<Redactor>>,
-    _lock: SessionLock,
 }
 
 impl SessionWriter {
@@ -337,7 +322,11 @@ impl SessionWriter {
         cwd: Option<&Path>,
         redactor: Option<Arc<Redactor>>,
     ) -> Result<(SessionWriter, LoadedSession), SessionError> {
-        let lock = SessionLock::acquire(path)?;
+        let file = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(io(path))?;
+        lock(&file, path)?;
         let loaded = load(path)?;
         if let Some(cwd) = cwd {
             let here = cwd.to_string_lossy();
@@ -349,10 +338,6 @@ impl SessionWriter {
                 });
             }
         }
-        let file = OpenOptions::new()
-            .append(true)
-            .open(path)
-            .map_err(io(path))?;
         if loaded.torn_bytes > 0 {
             file.set_len(loaded.valid_len).map_err(io(path))?;
             file.sync_all().map_err(io(path))?;
@@ -364,7 +349,6 @@ impl SessionWriter {
             next_seq: loaded.last_seq + 1,
             len: loaded.valid_len,
             redactor,
-            _lock: lock,
         };
         Ok((writer, loaded))
     }
