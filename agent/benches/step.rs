@@ -66,40 +66,45 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// An agent scripted to call read_file `STEPS` times, then answer.
+fn scripted_agent(f: &Fixture) -> Agent {
+    let mut steps: Vec<_> = (0..STEPS)
+        .map(|i| {
+            script::tool_call(
+                &format!("c{i}"),
+                "read_file",
+                json!({"file_path": "small.txt"}),
+            )
+        })
+        .collect();
+    steps.push(script::text("done"));
+    let provider = Arc::new(ScriptedProvider::new(steps).without_recording());
+    Agent::new(
+        provider,
+        Arc::clone(&f.tools),
+        AgentConfig {
+            max_steps: STEPS as u32 + 1,
+            ..AgentConfig::default()
+        },
+        &f.root,
+        EventSink::discard(),
+    )
+}
+
+fn run_turn(rt: &tokio::runtime::Runtime, mut agent: Agent) -> Agent {
+    let outcome =
+        rt.block_on(agent.run_turn(vec![ContentBlock::text("go")], CancellationToken::new()));
+    assert_eq!(outcome, TurnOutcome::Done);
+    agent
+}
+
 #[divan::bench(sample_count = 10)]
 fn turn_of_1000_read_file_steps(bencher: Bencher) {
     let rt = runtime();
     let f = fixture();
     bencher
-        .with_inputs(|| {
-            let mut steps: Vec<_> = (0..STEPS)
-                .map(|i| {
-                    script::tool_call(
-                        &format!("c{i}"),
-                        "read_file",
-                        json!({"file_path": "small.txt"}),
-                    )
-                })
-                .collect();
-            steps.push(script::text("done"));
-            let provider = Arc::new(ScriptedProvider::new(steps).without_recording());
-            Agent::new(
-                provider,
-                Arc::clone(&f.tools),
-                AgentConfig {
-                    max_steps: STEPS as u32 + 1,
-                    ..AgentConfig::default()
-                },
-                &f.root,
-                EventSink::discard(),
-            )
-        })
-        .bench_local_values(|mut agent| {
-            let outcome = rt
-                .block_on(agent.run_turn(vec![ContentBlock::text("go")], CancellationToken::new()));
-            assert_eq!(outcome, TurnOutcome::Done);
-            agent
-        });
+        .with_inputs(|| scripted_agent(&f))
+        .bench_local_values(|agent| run_turn(&rt, agent));
 }
 
 #[divan::bench(sample_count = 10)]
@@ -112,39 +117,14 @@ fn turn_of_1000_read_file_steps_with_session(bencher: Bencher) {
     let store = anvil_agent::session::SessionStore::new(shm.path());
     bencher
         .with_inputs(|| {
-            let mut steps: Vec<_> = (0..STEPS)
-                .map(|i| {
-                    script::tool_call(
-                        &format!("c{i}"),
-                        "read_file",
-                        json!({"file_path": "small.txt"}),
-                    )
-                })
-                .collect();
-            steps.push(script::text("done"));
-            let provider = Arc::new(ScriptedProvider::new(steps).without_recording());
             let (writer, loaded) = store
                 .create(&f.root, "scripted", None)
                 .unwrap_or_else(|e| panic!("{e}"));
-            Agent::new(
-                provider,
-                Arc::clone(&f.tools),
-                AgentConfig {
-                    max_steps: STEPS as u32 + 1,
-                    ..AgentConfig::default()
-                },
-                &f.root,
-                EventSink::discard(),
-            )
-            .with_session(writer, loaded)
-            .unwrap_or_else(|e| panic!("{e}"))
+            scripted_agent(&f)
+                .with_session(writer, loaded)
+                .unwrap_or_else(|e| panic!("{e}"))
         })
-        .bench_local_values(|mut agent| {
-            let outcome = rt
-                .block_on(agent.run_turn(vec![ContentBlock::text("go")], CancellationToken::new()));
-            assert_eq!(outcome, TurnOutcome::Done);
-            agent
-        });
+        .bench_local_values(|agent| run_turn(&rt, agent));
 }
 
 #[divan::bench(sample_count = 10)]
