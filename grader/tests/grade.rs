@@ -532,7 +532,14 @@ async fn a_hang_is_a_check_timeout_not_a_retry() {
         ),
     ] {
         let started = Instant::now();
-        let r = grade_files(&py, &[("calc.py", &calc)]).await;
+        // The grader's own timeout is what is tested: the test's deadline is far beyond it,
+        // so a grader that never stops fails here instead of hanging the suite.
+        let r = tokio::time::timeout(
+            Duration::from_secs(120),
+            grade_files(&py, &[("calc.py", &calc)]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the grade never ended"));
         assert_caught(name, &r, Verdict::CheckTimeout, None);
         assert!(started.elapsed() < Duration::from_secs(15), "{name}");
     }
@@ -552,7 +559,12 @@ async fn a_hang_is_a_check_timeout_not_a_retry() {
             "pub fn sum_to(_n: u64) -> u64 {\n    std::thread::sleep(std::time::Duration::from_secs(100));\n    0\n}\n",
         ),
     ] {
-        let r = grade_files(&rs, &[("src/lib.rs", lib)]).await;
+        let r = tokio::time::timeout(
+            Duration::from_secs(600),
+            grade_files(&rs, &[("src/lib.rs", lib)]),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name}: the grade never ended"));
         assert_caught(name, &r, Verdict::CheckTimeout, None);
     }
 }
