@@ -147,8 +147,11 @@ fn render(out: &mut impl Write, entries: &[Entry]) -> std::io::Result<()> {
                     writeln!(out, "  [{:?}] {}", t.status, t.content)?;
                 }
             }
-            Record::ToolStarted { .. } | Record::CheckpointRecorded { .. } => {}
-            Record::ToolFinished { .. } => {}
+            // A call shows as its message's tool_call block and its result; the bookkeeping
+            // records add nothing to read.
+            Record::ToolStarted { .. }
+            | Record::ToolFinished { .. }
+            | Record::CheckpointRecorded { .. } => {}
             Record::Usage { usage } => writeln!(
                 out,
                 "   · usage: {} in, {} cached, {} out\n",
