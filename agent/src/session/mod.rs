@@ -25,7 +25,9 @@
 //! - A call with `tool_started` and no `tool_finished` has an unknown outcome: resuming
 //!   answers it as such and never runs it again by itself ([`repair`]).
 //! - A failed append (a full disk) is undone and returned; the agent ends the turn as failed.
-//! - Known secret values are redacted from every string of a record before it is written.
+//! - Known secret values are redacted from every string of a record before it is written. A
+//!   record is encoded the same way whether or not secrets are known (same fields, same
+//!   order), so every line re-encodes to its own bytes — opaque reasoning state included.
 //! - One process appends to a file at a time: an advisory lock (`flock`) on the file itself,
 //!   released when the process exits however it exits.
 

@@ -372,10 +372,7 @@ impl SessionWriter {
         };
         let mut line = match self.redactor.as_deref().filter(|r| !r.is_empty()) {
             None => serde_json::to_vec(&entry),
-            Some(redactor) => serde_json::to_value(&entry).and_then(|mut v| {
-                redact_strings(&mut v, redactor);
-                serde_json::to_vec(&v)
-            }),
+            Some(redactor) => encode_redacted(&entry, redactor),
         }
         .map_err(|e| SessionError::Malformed {
             path: self.path.clone(),
@@ -400,18 +397,41 @@ impl SessionWriter {
     }
 }
 
-/// Replaces every known secret value in every string of `value`.
-fn redact_strings(value: &mut Value, redactor: &Redactor) {
+/// `entry` encoded with every known secret value replaced, and otherwise exactly as an entry
+/// written without a redactor: the same fields in the same order, so a record's bytes do not
+/// depend on whether secrets were known, and every line re-encodes to itself (opaque reasoning
+/// state included). Redaction walks a `serde_json::Value`, whose maps are sorted by key, so a
+/// changed value is read back into an [`Entry`] before it is encoded.
+fn encode_redacted(entry: &Entry, redactor: &Redactor) -> serde_json::Result<Vec<u8>> {
+    let mut value = serde_json::to_value(entry)?;
+    if !redact_strings(&mut value, redactor) {
+        return serde_json::to_vec(entry);
+    }
+    let redacted: Entry = serde_json::from_value(value)?;
+    serde_json::to_vec(&redacted)
+}
+
+/// Replaces every known secret value in every string of `value`; whether any was found.
+fn redact_strings(value: &mut Value, redactor: &Redactor) -> bool {
     match value {
         Value::String(s) => {
             let redacted = redactor.redact(s);
-            if redacted != *s {
+            let changed = redacted != *s;
+            if changed {
                 *s = redacted;
             }
+            changed
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| redact_strings(v, redactor)),
-        Value::Object(map) => map.values_mut().for_each(|v| redact_strings(v, redactor)),
-        _ => {}
+        // Every element is visited: no short-circuit once one has changed.
+        Value::Array(items) => items
+            .iter_mut()
+            .map(|v| redact_strings(v, redactor))
+            .fold(false, |any, changed| any | changed),
+        Value::Object(map) => map
+            .values_mut()
+            .map(|v| redact_strings(v, redactor))
+            .fold(false, |any, changed| any | changed),
+        _ => false,
     }
 }
 

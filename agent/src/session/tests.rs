@@ -247,6 +247,75 @@ fn known_secret_values_never_reach_the_file() {
     load(w.path()).unwrap();
 }
 
+/// Regression: with a redactor (the binary has one whenever an API key is in its environment)
+/// records went through a `serde_json::Value` and were written with their keys sorted, so the
+/// file's bytes depended on the environment and no line re-encoded to itself.
+#[test]
+fn redacted_records_are_encoded_as_unredacted_ones_are() {
+    let dir = scratch();
+    let secret = "sk-live-0123456789abcdef";
+    let redactor = Arc::new(Redactor::default());
+    redactor.register("OPENAI_API_KEY", secret);
+    let signed = Message::new(
+        Role::Assistant,
+        vec![
+            ContentBlock::Reasoning {
+                text: "thinking".into(),
+                meta: Some(anvil_llm::ProviderMeta::new(
+                    "anthropic",
+                    json!({"signature": "EuYDCmMIDBgCKkC05Zda4P+Cdk/LQKE+"}),
+                )),
+            },
+            ContentBlock::text(format!("the key was {secret}")),
+        ],
+    );
+    let records = [
+        Record::MessageAppended {
+            message: Message::user_text("no secret here"),
+        },
+        Record::MessageAppended { message: signed },
+    ];
+    let mut files = Vec::new();
+    for redactor in [None, Some(Arc::clone(&redactor))] {
+        let (mut w, _) = store(dir.path()).create(cwd(), "m", redactor).unwrap();
+        for r in &records {
+            w.append(r).unwrap();
+        }
+        files.push(std::fs::read(w.path()).unwrap());
+    }
+    let lines = |bytes: &[u8]| -> Vec<Vec<u8>> {
+        bytes
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let (plain, redacted) = (lines(&files[0]), lines(&files[1]));
+    // A record with no secret in it is written the same either way (but for its time).
+    let no_ts = |l: &[u8]| {
+        let mut e: Entry = serde_json::from_slice(l).unwrap();
+        e.ts_ms = 0;
+        e.record
+    };
+    assert_eq!(no_ts(&plain[1]), no_ts(&redacted[1]));
+    assert_eq!(
+        String::from_utf8_lossy(&plain[1]).find("\"type\""),
+        String::from_utf8_lossy(&redacted[1]).find("\"type\""),
+        "same field order"
+    );
+    // Every line, the redacted one included, re-encodes to its own bytes.
+    for line in &redacted {
+        let entry: Entry = serde_json::from_slice(line).unwrap();
+        assert_eq!(
+            String::from_utf8(serde_json::to_vec(&entry).unwrap()).unwrap(),
+            String::from_utf8(line.clone()).unwrap()
+        );
+    }
+    let text = String::from_utf8(files[1].clone()).unwrap();
+    assert!(!text.contains(secret), "{text}");
+    assert!(text.contains("[REDACTED:OPENAI_API_KEY]"), "{text}");
+}
+
 #[test]
 fn sessions_are_listed_newest_first_with_their_first_prompt() {
     let dir = scratch();
