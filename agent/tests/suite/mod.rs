@@ -6,3 +6,4 @@ mod permissions;
 mod sandbox_escape;
 mod sandbox_limits;
 mod sandbox_privilege;
+mod session_reasoning;
