@@ -160,9 +160,13 @@
 
 /// The `features.json` contract: parsing, digests, the freeze check, the file written back.
 pub mod contract;
+/// Git plumbing: the run branch, attempt worktrees, candidates, the merge, leftovers.
+pub mod git;
 /// Run and attempt ids.
 pub mod ids;
 /// The run's ledger, the next-session decision and the terminal states (sans-IO).
 pub mod run_state;
 /// One session's verdict from its check results (sans-IO).
 pub mod verdict;
+/// A feature's verify command at a commit, in a protected grading copy.
+pub mod verify;
