@@ -422,16 +422,14 @@ impl Repo {
         Git::new(&self.git_dir, step)
     }
 
-    /// The commit `rev` names.
+    /// The commit `rev` names (never an option: a `rev` starting with `-` is refused).
     pub fn resolve(&self, rev: &str) -> Result<Oid, GitError> {
+        let git = self.git("rev-parse");
+        if rev.starts_with('-') {
+            return Err(git.fail(format!("{rev:?} is not a revision")));
+        }
         let spec = format!("{rev}^{{commit}}");
-        self.git("rev-parse").oid(&[
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            "--end-of-options",
-            &spec,
-        ])
+        git.oid(&["rev-parse", "--verify", "--quiet", &spec])
     }
 
     /// Where `refs/heads/<branch>` points, if it exists.
