@@ -102,7 +102,7 @@ pub const RUNNER_REVISION: &str = "grade-2";
 /// The protected Python runner, shipped inside anvil.
 pub const PYTHON_HARNESS: &str = include_str!("../harness/python_unittest.py");
 
-fn tail(s: &str) -> String {
+pub(crate) fn tail(s: &str) -> String {
     last_chars(s, TAIL_CHARS)
 }
 
@@ -116,7 +116,11 @@ fn last_chars(s: &str, n: usize) -> String {
 }
 
 /// The sandbox of one grading directory. The backend is probed once per process.
-fn grading_sandbox(grading: &Path, hidden: Vec<PathBuf>, read_only: Vec<PathBuf>) -> Sandbox {
+pub(crate) fn grading_sandbox(
+    grading: &Path,
+    hidden: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+) -> Sandbox {
     static PROBED: OnceLock<Result<(), SandboxError>> = OnceLock::new();
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut confined = Confined::for_host(home.as_deref(), std::env::var_os("PATH").as_deref());
@@ -186,16 +190,16 @@ pub fn preflight(opts: &GradeOptions) -> Result<String, String> {
 /// The host's Python and Rust toolchains, found once, from a neutral directory (so no
 /// workspace file — `.python-version`, `rust-toolchain.toml` — can choose them).
 #[derive(Debug, Clone)]
-struct Toolchains {
-    python: Result<PathBuf, String>,
+pub(crate) struct Toolchains {
+    pub(crate) python: Result<PathBuf, String>,
     /// The sysroot's `bin/` (cargo and rustc there, not rustup's proxies).
-    rust_bin: Result<PathBuf, String>,
+    pub(crate) rust_bin: Result<PathBuf, String>,
     /// Where they live (Python's base prefix, Rust's sysroot): shown read-only to the check
     /// whatever HOME and PATH say.
     roots: Vec<PathBuf>,
 }
 
-fn toolchains() -> &'static Toolchains {
+pub(crate) fn toolchains() -> &'static Toolchains {
     static FOUND: OnceLock<Toolchains> = OnceLock::new();
     FOUND.get_or_init(|| {
         let ask = |program: &str, args: &[&str]| -> Result<String, String> {
@@ -487,7 +491,7 @@ fn allocated_bytes(dir: &Path) -> u64 {
 }
 
 /// Removes workspace cargo config and toolchain files (see [`tamper`]).
-fn remove_infrastructure(root: &Path, rel: &Path) -> std::io::Result<()> {
+pub(crate) fn remove_infrastructure(root: &Path, rel: &Path) -> std::io::Result<()> {
     for entry in std::fs::read_dir(root.join(rel))? {
         let entry = entry?;
         let r = rel.join(entry.file_name());
@@ -516,22 +520,7 @@ fn overlay(src_root: &Path, dst_root: &Path, rel: &str) -> std::io::Result<()> {
     // Every ancestor becomes a real directory: a symlink (even one that stays inside) or a
     // file the agent put where a protected directory goes is removed, so the protected file
     // lands exactly at its path and nothing is written through a link.
-    let mut dir = dst_root.to_path_buf();
-    for part in Path::new(rel)
-        .parent()
-        .into_iter()
-        .flat_map(Path::components)
-    {
-        dir.push(part);
-        match std::fs::symlink_metadata(&dir) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                std::fs::remove_file(&dir)?;
-                std::fs::create_dir(&dir)?;
-            }
-            Err(_) => std::fs::create_dir(&dir)?,
-        }
-    }
+    tree::real_parent_dirs(dst_root, Path::new(rel))?;
     std::fs::copy(src_root.join(rel), &to)?;
     Ok(())
 }
@@ -544,7 +533,7 @@ struct Ran {
     timed_out: bool,
 }
 
-fn base_env(grading: &Path) -> Vec<(String, String)> {
+pub(crate) fn base_env(grading: &Path) -> Vec<(String, String)> {
     vec![
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
         ("HOME".into(), grading.join("home").display().to_string()),
@@ -554,7 +543,7 @@ fn base_env(grading: &Path) -> Vec<(String, String)> {
 }
 
 /// Runs `spec` in the sandbox (or not), until `deadline`.
-async fn run_confined(
+pub(crate) async fn run_confined(
     spec: ProcessSpec,
     sandbox: Option<Sandbox>,
     deadline: Instant,
@@ -578,7 +567,7 @@ async fn run_confined(
         .map_err(|e| format!("cannot run the check: {e}"))
 }
 
-fn output_of(out: &ProcessOutput) -> String {
+pub(crate) fn output_of(out: &ProcessOutput) -> String {
     format!("{}{}", out.stdout.text(), out.stderr.text())
 }
 
@@ -792,7 +781,7 @@ async fn run_python(
     })
 }
 
-fn describe(t: Termination) -> String {
+pub(crate) fn describe(t: Termination) -> String {
     match t {
         Termination::Exited(c) => format!("exit {c}"),
         Termination::Signaled(s) => format!("signal {s}"),

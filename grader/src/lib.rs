@@ -2,10 +2,14 @@
 //! for the process supervisor and the sandbox, and on nothing above it.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// One shell command checked in a grading copy (`anvil auto`'s verify step).
+pub mod command;
 /// Stable digests of a task's parts.
 pub mod digest;
 /// Grading a workspace.
 pub mod grade;
+/// Protected paths named by patterns, and laying them over a grading copy.
+pub mod protect;
 /// Tamper findings: changes to test infrastructure.
 pub mod tamper;
 /// The task format (task.toml, repo/, grader/, solution/) and its validation.

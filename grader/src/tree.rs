@@ -106,6 +106,59 @@ pub fn copy(from: &Path, to: &Path, policy: &CopyPolicy) -> Result<Copied, CopyE
     Ok(copied)
 }
 
+/// Copies the entry at `rel` (a file, a link or a directory) of the tree at `from_root` to the
+/// same place under `to_root`, under `policy`: whatever is at the destination is replaced, and
+/// every ancestor of it becomes a real directory first ([`real_parent_dirs`]), so nothing is
+/// written through a link. Used to lay protected entries over a grading copy.
+pub fn copy_at(
+    from_root: &Path,
+    to_root: &Path,
+    rel: &Path,
+    policy: &CopyPolicy,
+) -> Result<Copied, CopyError> {
+    let mut copied = Copied::default();
+    let root = from_root.canonicalize().map_err(io_err(from_root))?;
+    real_parent_dirs(to_root, rel).map_err(io_err(&to_root.join(rel)))?;
+    let dst = to_root.join(rel);
+    remove_existing(&dst)?;
+    let walk = Walk {
+        root: &root,
+        policy,
+    };
+    if let Err(e) = walk.entry(&root.join(rel), &dst, rel, &mut copied) {
+        if !entry_error(&e.source) {
+            return Err(e);
+        }
+        Walk::skip(
+            &mut copied,
+            rel,
+            SkipReason::Unreadable {
+                error: e.source.to_string(),
+            },
+        );
+    }
+    Ok(copied)
+}
+
+/// Makes every ancestor of `root/rel` (below `root`) a real directory: a symlink, or a file,
+/// where a directory goes is removed and the directory made, so what is written at `rel` lands
+/// exactly there.
+pub fn real_parent_dirs(root: &Path, rel: &Path) -> std::io::Result<()> {
+    let mut dir = root.to_path_buf();
+    for part in rel.parent().into_iter().flat_map(Path::components) {
+        dir.push(part);
+        match std::fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                std::fs::remove_file(&dir)?;
+                std::fs::create_dir(&dir)?;
+            }
+            Err(_) => std::fs::create_dir(&dir)?,
+        }
+    }
+    Ok(())
+}
+
 struct Walk<'a> {
     root: &'a Path,
     policy: &'a CopyPolicy,

@@ -11,6 +11,9 @@
 //! `jobs` talks to `anvil -p` only through [`contract`] and [`exit`], as a separate process.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+/// `anvil auto`: long-running feature loops whose truth the harness owns (being built; the
+/// design is in its module doc).
+pub mod auto;
 /// The `anvil` front end: command line, REPL, headless mode.
 pub mod cli;
 /// The typed contract between a trial's worker and its `anvil -p`.

@@ -1,4 +1,5 @@
 //! anvil-runner's integration tests, one binary: the real `anvil` binary against a scripted
-//! model server (`cli`), and the job queue with its workers on both databases (`queue`).
+//! model server (`cli`), the job queue with its workers on both databases (`queue`), and
+//! `anvil auto`'s git plumbing and verify step against real git and bubblewrap (`auto`).
 
 mod suite;

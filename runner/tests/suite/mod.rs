@@ -1,3 +1,4 @@
+mod auto;
 mod cli;
 mod queue;
 mod sessions;

@@ -1,0 +1,860 @@
+//! Git plumbing for `anvil auto`, through the git CLI with an explicit environment.
+//!
+//! **Every command** runs with an emptied environment (no `GIT_DIR`, `GIT_INDEX_FILE`,
+//! `GIT_WORK_TREE` or anything else of the parent's; only `PATH`), no system or global
+//! config (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`), no hooks
+//! (`core.hooksPath=/dev/null`, which also silences the reference-transaction hook), no
+//! fsmonitor, no signing, no automatic gc or maintenance, and a fixed author and committer
+//! ([`AUTHOR_NAME`], [`AUTHOR_EMAIL`]). The repository's own config is read (its filters and
+//! attributes are the user's); the global one is not, so a filter configured only there (LFS
+//! installed globally) does not run.
+//!
+//! **The user's repository** gains refs and objects, nothing else: `auto/<run>` (the run
+//! branch, moved only by [`Repo::merge`], always by compare-and-swap) and
+//! `anvil-work/<run>/s<N>a<attempt>` (one per live attempt, at its candidate commit). Its
+//! checkout, index, HEAD, stash and their reflogs are never touched: a tree is built in a
+//! private index file (`GIT_INDEX_FILE` in a temporary directory), never the user's.
+//!
+//! **An attempt's worktree** ([`Repo::add_worktree`]) is a directory outside the user's
+//! checkout holding a repository of its own, on branch `anvil-work/<run>/s<N>a<attempt>`,
+//! which borrows the user's objects read-only (`objects/info/alternates`). It is deliberately
+//! not a linked worktree (`git worktree add`): a linked worktree shares the user's refs and
+//! config, so `git branch -f auto/<run>` or `git update-ref` run by the agent inside it would
+//! move the run branch, and a `git config` there would change the user's repository. In a
+//! repository of its own, `reset --hard`, `branch -f`, `update-ref` and config edits change
+//! only the attempt. The harness never runs git with the attempt's repository as `GIT_DIR`
+//! after the agent has had it (its config is the agent's): [`Repo::commit_worktree`] reads
+//! the attempt's files into the user's repository as a work tree, with the user's config.
+//! (The agent's sandbox must still keep the user's `.git` read-only: a `git push` to it by
+//! path is a filesystem write, not a git permission.)
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use anvil_grader::protect::ProtectedPaths;
+
+use crate::auto::ids::{AttemptId, RunId};
+
+pub const AUTHOR_NAME: &str = "anvil auto";
+pub const AUTHOR_EMAIL: &str = "anvil-auto@localhost";
+
+/// A git object id (hex).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Oid(String);
+
+impl Oid {
+    /// `hex` as an object id, if it is one (40 or 64 lowercase hex digits).
+    pub fn parse(hex: &str) -> Option<Self> {
+        let hex = hex.trim();
+        ((hex.len() == 40 || hex.len() == 64)
+            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| Self(hex.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Oid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    #[error("git {step} in {}: {reason}", .dir.display())]
+    Command {
+        step: String,
+        dir: PathBuf,
+        reason: String,
+    },
+    #[error("{} is not inside a git repository with a checkout: {reason}", .dir.display())]
+    NotARepository { dir: PathBuf, reason: String },
+    #[error(
+        "the attempt's worktree {} would be inside the checkout {}: it must be outside",
+        .dir.display(), .checkout.display()
+    )]
+    InsideCheckout { dir: PathBuf, checkout: PathBuf },
+    #[error("the attempt's worktree {} already exists", .dir.display())]
+    WorktreeExists { dir: PathBuf },
+    #[error("{refname} is at {found}, not at {expected}: another process moved it")]
+    RefMoved {
+        refname: String,
+        expected: String,
+        found: String,
+    },
+    #[error("{refname} exists already at {found}")]
+    RefExists { refname: String, found: Oid },
+    #[error("{refname} does not exist")]
+    NoRef { refname: String },
+    #[error("{what} {}: {source}", .path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> GitError + 'a {
+    move |source| GitError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The user's repository.
+#[derive(Debug, Clone)]
+pub struct Repo {
+    /// The checkout's top level.
+    checkout: PathBuf,
+    /// The common git directory (the main one, also when opened from a linked worktree).
+    git_dir: PathBuf,
+}
+
+/// One git invocation: arguments, a private index, a work tree, input.
+struct Git<'a> {
+    git_dir: &'a Path,
+    work_tree: Option<&'a Path>,
+    index: Option<&'a Path>,
+    dates: Option<String>,
+    step: &'a str,
+}
+
+impl<'a> Git<'a> {
+    fn new(git_dir: &'a Path, step: &'a str) -> Self {
+        Self {
+            git_dir,
+            work_tree: None,
+            index: None,
+            dates: None,
+            step,
+        }
+    }
+
+    fn work_tree(mut self, dir: &'a Path) -> Self {
+        self.work_tree = Some(dir);
+        self
+    }
+
+    fn index(mut self, file: &'a Path) -> Self {
+        self.index = Some(file);
+        self
+    }
+
+    fn dates(mut self, date: String) -> Self {
+        self.dates = Some(date);
+        self
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = scrubbed();
+        c.arg("--git-dir").arg(self.git_dir);
+        if let Some(w) = self.work_tree {
+            c.arg("--work-tree").arg(w);
+        }
+        c.args(args).current_dir(self.git_dir);
+        if let Some(i) = self.index {
+            c.env("GIT_INDEX_FILE", i);
+        }
+        if let Some(d) = &self.dates {
+            c.env("GIT_AUTHOR_DATE", d).env("GIT_COMMITTER_DATE", d);
+        }
+        c
+    }
+
+    fn fail(&self, reason: String) -> GitError {
+        GitError::Command {
+            step: self.step.to_string(),
+            dir: self.git_dir.to_path_buf(),
+            reason,
+        }
+    }
+
+    /// Runs and returns stdout; a failure carries git's stderr.
+    fn run(&self, args: &[&str]) -> Result<Vec<u8>, GitError> {
+        self.run_with(args, None)
+    }
+
+    fn run_with(&self, args: &[&str], input: Option<&[u8]>) -> Result<Vec<u8>, GitError> {
+        let out = self.output(args, input)?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(self.fail(String::from_utf8_lossy(&out.stderr).trim().to_string()))
+        }
+    }
+
+    fn output(&self, args: &[&str], input: Option<&[u8]>) -> Result<Output, GitError> {
+        let mut c = self.command(args);
+        c.stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = c
+            .spawn()
+            .map_err(|e| self.fail(format!("cannot run git: {e} (is git installed?)")))?;
+        if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+            // A git that exits early closes its end; what it said is in its stderr.
+            let _ = stdin.write_all(bytes);
+        }
+        child
+            .wait_with_output()
+            .map_err(|e| self.fail(format!("cannot wait for git: {e}")))
+    }
+
+    fn text(&self, args: &[&str]) -> Result<String, GitError> {
+        Ok(String::from_utf8_lossy(&self.run(args)?).trim().to_string())
+    }
+
+    fn oid(&self, args: &[&str]) -> Result<Oid, GitError> {
+        let text = self.text(args)?;
+        Oid::parse(&text).ok_or_else(|| self.fail(format!("not an object id: {text:?}")))
+    }
+}
+
+/// `git` with nothing of this process's environment but PATH, and no config, hooks or
+/// signing beyond the repository's own config (see the module docs).
+fn scrubbed() -> Command {
+    let mut c = Command::new("git");
+    c.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        c.env("PATH", path);
+    }
+    c.env("LC_ALL", "C")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_AUTHOR_NAME", AUTHOR_NAME)
+        .env("GIT_AUTHOR_EMAIL", AUTHOR_EMAIL)
+        .env("GIT_COMMITTER_NAME", AUTHOR_NAME)
+        .env("GIT_COMMITTER_EMAIL", AUTHOR_EMAIL)
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            "tag.gpgsign=false",
+            "-c",
+            "gc.auto=0",
+            "-c",
+            "maintenance.auto=false",
+            "-c",
+            "core.pager=cat",
+            "-c",
+            "color.ui=never",
+        ]);
+    c
+}
+
+/// An attempt's worktree (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Worktree {
+    pub dir: PathBuf,
+    pub run: RunId,
+    pub attempt: AttemptId,
+    /// The run branch's commit the attempt started from.
+    pub base: Oid,
+    /// `anvil-work/<run>/s<N>a<attempt>`.
+    pub branch: String,
+}
+
+/// A change the harness makes to a candidate's tree before it lands on the run branch.
+#[derive(Debug, Clone)]
+pub enum TreeEdit {
+    /// The file at `path` gets `contents` (mode 100644): `features.json` as the harness
+    /// writes it back.
+    Write { path: String, contents: Vec<u8> },
+    /// Every path `protected` covers becomes exactly what it is in `from`: a session's edits
+    /// to protected tests are reverted.
+    Restore {
+        from: Oid,
+        protected: ProtectedPaths,
+    },
+}
+
+/// Moving the run branch to a validated session.
+#[derive(Debug, Clone)]
+pub struct MergeRequest<'a> {
+    pub run: &'a RunId,
+    pub session: u32,
+    /// Where the run branch is now (compare-and-swap).
+    pub expected: &'a Oid,
+    /// The session's candidate commit.
+    pub candidate: &'a Oid,
+    /// The features it newly verified.
+    pub verified: &'a [String],
+    /// What it cost; `None`: unknown.
+    pub cost_usd: Option<f64>,
+    pub edits: &'a [TreeEdit],
+}
+
+/// What [`Repo::merge`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Merged {
+    /// The run branch moved from the expected commit to this one.
+    Moved(Oid),
+    /// The run branch was at this commit already: the same merge was done before.
+    AlreadyThere(Oid),
+    /// The session's tree (after the edits) is the run branch's: nothing to commit.
+    Unchanged,
+}
+
+impl Merged {
+    /// The run branch's commit after the merge, given where it was expected.
+    pub fn head<'a>(&'a self, expected: &'a Oid) -> &'a Oid {
+        match self {
+            Merged::Moved(oid) | Merged::AlreadyThere(oid) => oid,
+            Merged::Unchanged => expected,
+        }
+    }
+}
+
+/// The commit message of a merge: `auto(s<N>): verify F…` and the trailers.
+pub fn merge_message(
+    run: &RunId,
+    session: u32,
+    verified: &[String],
+    cost_usd: Option<f64>,
+    candidate: &Oid,
+) -> String {
+    let title = if session == 0 {
+        "auto(s0): accept the contract".to_string()
+    } else if verified.is_empty() {
+        format!("auto(s{session}): no feature verified")
+    } else {
+        format!("auto(s{session}): verify {}", verified.join(", "))
+    };
+    let cost = match cost_usd {
+        Some(usd) => format!("{usd:.4} USD"),
+        None => "unknown".to_string(),
+    };
+    let verified = if verified.is_empty() {
+        "none".to_string()
+    } else {
+        verified.join(", ")
+    };
+    format!(
+        "{title}\n\nAnvil-Run: {run}\nAnvil-Session: {session}\nAnvil-Verified: {verified}\nAnvil-Cost: {cost}\nAnvil-Candidate: {candidate}\n"
+    )
+}
+
+/// A private index file, removed with its directory.
+struct PrivateIndex {
+    dir: tempfile::TempDir,
+}
+
+impl PrivateIndex {
+    fn new() -> Result<Self, GitError> {
+        let dir = tempfile::Builder::new()
+            .prefix("anvil-auto-index-")
+            .tempdir()
+            .map_err(io("cannot make a private index in", &std::env::temp_dir()))?;
+        Ok(Self { dir })
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().join("index")
+    }
+}
+
+fn zero_separated(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes.split(|b| *b == 0).filter(|s| !s.is_empty())
+}
+
+impl Repo {
+    /// The repository whose checkout holds `dir`.
+    pub fn open(dir: &Path) -> Result<Self, GitError> {
+        let not_a_repo = |reason: String| GitError::NotARepository {
+            dir: dir.to_path_buf(),
+            reason,
+        };
+        let out = scrubbed()
+            .args([
+                "rev-parse",
+                "--path-format=absolute",
+                "--show-toplevel",
+                "--git-common-dir",
+            ])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| not_a_repo(format!("cannot run git: {e} (is git installed?)")))?;
+        if !out.status.success() {
+            return Err(not_a_repo(
+                String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            ));
+        }
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines = text.lines();
+        let (Some(checkout), Some(git_dir)) = (lines.next(), lines.next()) else {
+            return Err(not_a_repo("it has no checkout (a bare repository?)".into()));
+        };
+        let canonical = |p: &str| {
+            Path::new(p)
+                .canonicalize()
+                .map_err(|e| not_a_repo(format!("{p}: {e}")))
+        };
+        Ok(Self {
+            checkout: canonical(checkout)?,
+            git_dir: canonical(git_dir)?,
+        })
+    }
+
+    pub fn checkout(&self) -> &Path {
+        &self.checkout
+    }
+
+    pub fn git_dir(&self) -> &Path {
+        &self.git_dir
+    }
+
+    fn git<'a>(&'a self, step: &'a str) -> Git<'a> {
+        Git::new(&self.git_dir, step)
+    }
+
+    /// The commit `rev` names (never an option: a `rev` starting with `-` is refused).
+    pub fn resolve(&self, rev: &str) -> Result<Oid, GitError> {
+        let git = self.git("rev-parse");
+        if rev.starts_with('-') {
+            return Err(git.fail(format!("{rev:?} is not a revision")));
+        }
+        let spec = format!("{rev}^{{commit}}");
+        git.oid(&["rev-parse", "--verify", "--quiet", &spec])
+    }
+
+    /// Where `refs/heads/<branch>` points, if it exists.
+    pub fn branch(&self, branch: &str) -> Result<Option<Oid>, GitError> {
+        let refname = format!("refs/heads/{branch}");
+        let git = self.git("rev-parse");
+        let out = git.output(&["rev-parse", "--verify", "--quiet", &refname], None)?;
+        match out.status.code() {
+            Some(0) => Ok(Oid::parse(&String::from_utf8_lossy(&out.stdout))),
+            Some(1) => Ok(None),
+            _ => Err(git.fail(String::from_utf8_lossy(&out.stderr).trim().to_string())),
+        }
+    }
+
+    /// The tree of `commit`.
+    fn tree_of(&self, commit: &Oid) -> Result<Oid, GitError> {
+        let spec = format!("{commit}^{{tree}}");
+        self.git("rev-parse").oid(&["rev-parse", "--verify", &spec])
+    }
+
+    /// Creates `refs/heads/<branch>` at `at`; it must not exist (compare-and-swap against
+    /// nothing), unless it is at `at` already.
+    fn create_branch(&self, branch: &str, at: &Oid, why: &str) -> Result<(), GitError> {
+        let refname = format!("refs/heads/{branch}");
+        let result =
+            self.git("update-ref")
+                .run(&["update-ref", "-m", why, &refname, at.as_str(), ""]);
+        match (result, self.branch(branch)?) {
+            (Ok(_), _) => Ok(()),
+            (Err(_), Some(found)) if &found == at => Ok(()),
+            (Err(_), Some(found)) => Err(GitError::RefExists { refname, found }),
+            (Err(e), None) => Err(e),
+        }
+    }
+
+    /// Creates the run branch `auto/<run>` at `at` (the commit the run starts from). Doing it
+    /// again at the same commit is a no-op; at another, an error.
+    pub fn create_run_branch(&self, run: &RunId, at: &Oid) -> Result<(), GitError> {
+        self.create_branch(&run.run_branch(), at, "anvil auto: run started")
+    }
+
+    /// Adds the worktree of `attempt` at `dir` (outside the checkout, not existing yet), on
+    /// branch `anvil-work/<run>/s<N>a<attempt>` at `base` (see the module docs).
+    pub fn add_worktree(
+        &self,
+        run: &RunId,
+        attempt: AttemptId,
+        base: &Oid,
+        dir: &Path,
+    ) -> Result<Worktree, GitError> {
+        let dir = resolve_new(dir)?;
+        if dir.starts_with(&self.checkout) || self.checkout.starts_with(&dir) {
+            return Err(GitError::InsideCheckout {
+                dir,
+                checkout: self.checkout.clone(),
+            });
+        }
+        if dir.symlink_metadata().is_ok() {
+            return Err(GitError::WorktreeExists { dir });
+        }
+        let parent = dir.parent().unwrap_or(Path::new("/"));
+        std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
+        let branch = run.work_branch(attempt);
+        self.create_branch(&branch, base, "anvil auto: attempt started")?;
+        std::fs::create_dir(&dir).map_err(io("cannot create", &dir))?;
+        // A repository of its own: `init` without the user's `--git-dir`.
+        let init = scrubbed()
+            .args([
+                "init",
+                "--quiet",
+                "--template=",
+                "--initial-branch",
+                &branch,
+            ])
+            .arg(&dir)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| GitError::Command {
+                step: "init".into(),
+                dir: dir.clone(),
+                reason: format!("cannot run git: {e} (is git installed?)"),
+            })?;
+        if !init.status.success() {
+            return Err(GitError::Command {
+                step: "init".into(),
+                dir: dir.clone(),
+                reason: String::from_utf8_lossy(&init.stderr).trim().to_string(),
+            });
+        }
+        let own = dir.join(".git");
+        let info = own.join("objects/info");
+        std::fs::create_dir_all(&info).map_err(io("cannot create", &info))?;
+        let alternates = info.join("alternates");
+        std::fs::write(
+            &alternates,
+            format!("{}\n", self.git_dir.join("objects").display()),
+        )
+        .map_err(io("cannot write", &alternates))?;
+        let refname = format!("refs/heads/{branch}");
+        let git = Git::new(&own, "worktree checkout");
+        git.run(&["update-ref", &refname, base.as_str()])?;
+        git.work_tree(&dir)
+            .run(&["read-tree", "-u", "--reset", base.as_str()])?;
+        Ok(Worktree {
+            dir,
+            run: run.clone(),
+            attempt,
+            base: base.clone(),
+            branch,
+        })
+    }
+
+    /// The tree of the worktree's files as they are (its `.gitignore` honoured), read into the
+    /// user's repository through a private index started from the attempt's base.
+    fn snapshot(&self, wt: &Worktree) -> Result<Oid, GitError> {
+        let index = PrivateIndex::new()?;
+        let path = index.path();
+        let git = self.git("snapshot").index(&path).work_tree(&wt.dir);
+        git.run(&["read-tree", wt.base.as_str()])?;
+        // Tracked files are updated even where ignored; untracked ignored ones stay out.
+        git.run(&["add", "--all"])?;
+        git.oid(&["write-tree"])
+    }
+
+    /// Commits the worktree's files as they are (whatever the agent did with its own git) onto
+    /// the attempt's branch in the user's repository; returns the candidate commit. With
+    /// nothing changed since the branch's commit, that commit.
+    pub fn commit_worktree(&self, wt: &Worktree, message: &str) -> Result<Oid, GitError> {
+        let tree = self.snapshot(wt)?;
+        let head = self.branch(&wt.branch)?.ok_or_else(|| GitError::NoRef {
+            refname: format!("refs/heads/{}", wt.branch),
+        })?;
+        if self.tree_of(&head)? == tree {
+            return Ok(head);
+        }
+        let commit = self.git("commit-tree").oid(&[
+            "commit-tree",
+            tree.as_str(),
+            "-p",
+            head.as_str(),
+            "-m",
+            message,
+        ])?;
+        let refname = format!("refs/heads/{}", wt.branch);
+        self.git("update-ref").run(&[
+            "update-ref",
+            "-m",
+            "anvil auto: candidate",
+            &refname,
+            commit.as_str(),
+            head.as_str(),
+        ])?;
+        Ok(commit)
+    }
+
+    /// The paths that differ between two commits (no rename detection).
+    pub fn changed_paths(&self, from: &Oid, to: &Oid) -> Result<Vec<String>, GitError> {
+        let out = self.git("diff-tree").run(&[
+            "diff-tree",
+            "-r",
+            "-z",
+            "--name-only",
+            "--no-renames",
+            from.as_str(),
+            to.as_str(),
+        ])?;
+        Ok(zero_separated(&out)
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect())
+    }
+
+    /// The bytes of `path` at `commit`; `None` when it has no such file.
+    pub fn read_file(&self, commit: &Oid, path: &str) -> Result<Option<Vec<u8>>, GitError> {
+        let spec = format!("{commit}:{path}");
+        let git = self.git("cat-file");
+        let kind = git.output(&["cat-file", "-t", &spec], None)?;
+        if !kind.status.success() || kind.stdout.trim_ascii() != b"blob" {
+            return Ok(None);
+        }
+        git.run(&["cat-file", "blob", &spec]).map(Some)
+    }
+
+    /// `git log --oneline -<n>` of `rev` (for the status block of a worker's first request).
+    pub fn log_oneline(&self, rev: &Oid, n: usize) -> Result<String, GitError> {
+        self.git("log").text(&[
+            "log",
+            "--oneline",
+            "--no-decorate",
+            &format!("-{n}"),
+            rev.as_str(),
+        ])
+    }
+
+    /// Writes the tree of `commit` into `dir` (created; it should be empty), through a private
+    /// index: the tree a verify step grades.
+    pub fn materialize(&self, commit: &Oid, dir: &Path) -> Result<(), GitError> {
+        std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
+        let index = PrivateIndex::new()?;
+        let path = index.path();
+        let git = self.git("materialize").index(&path).work_tree(dir);
+        git.run(&["read-tree", commit.as_str()])?;
+        git.run(&["checkout-index", "--all", "--force"])?;
+        Ok(())
+    }
+
+    /// Moves the run branch to the validated session (see [`MergeRequest`]): a commit of the
+    /// candidate's tree with `edits` applied, on top of `expected`, with the message of
+    /// [`merge_message`] and the candidate's dates, so the same request always makes the same
+    /// commit. Moving is a compare-and-swap from `expected`; a branch already at that commit is
+    /// left alone (the merge was done, and its record lost), and one anywhere else is an error.
+    pub fn merge(&self, m: &MergeRequest<'_>) -> Result<Merged, GitError> {
+        let branch = m.run.run_branch();
+        let refname = format!("refs/heads/{branch}");
+        let index = PrivateIndex::new()?;
+        let path = index.path();
+        let git = self.git("merge").index(&path);
+        git.run(&["read-tree", m.candidate.as_str()])?;
+        for edit in m.edits {
+            self.apply_edit(&git, edit)?;
+        }
+        let tree = git.oid(&["write-tree"])?;
+        let current = self.branch(&branch)?.ok_or_else(|| GitError::NoRef {
+            refname: refname.clone(),
+        })?;
+        if tree == self.tree_of(m.expected)? {
+            return if &current == m.expected {
+                Ok(Merged::Unchanged)
+            } else {
+                Err(GitError::RefMoved {
+                    refname,
+                    expected: m.expected.to_string(),
+                    found: current.to_string(),
+                })
+            };
+        }
+        let date = self
+            .git("show")
+            .text(&["show", "-s", "--format=%ct", m.candidate.as_str()])?;
+        let message = merge_message(m.run, m.session, m.verified, m.cost_usd, m.candidate);
+        let commit = self
+            .git("commit-tree")
+            .dates(format!("@{date} +0000"))
+            .oid(&[
+                "commit-tree",
+                tree.as_str(),
+                "-p",
+                m.expected.as_str(),
+                "-m",
+                &message,
+            ])?;
+        if current == commit {
+            return Ok(Merged::AlreadyThere(commit));
+        }
+        if &current != m.expected {
+            return Err(GitError::RefMoved {
+                refname,
+                expected: m.expected.to_string(),
+                found: current.to_string(),
+            });
+        }
+        let reflog = format!("anvil auto: s{}", m.session);
+        match self.git("update-ref").run(&[
+            "update-ref",
+            "-m",
+            &reflog,
+            &refname,
+            commit.as_str(),
+            m.expected.as_str(),
+        ]) {
+            Ok(_) => Ok(Merged::Moved(commit)),
+            Err(e) => match self.branch(&branch)? {
+                Some(found) if found == commit => Ok(Merged::AlreadyThere(commit)),
+                Some(found) => Err(GitError::RefMoved {
+                    refname,
+                    expected: m.expected.to_string(),
+                    found: found.to_string(),
+                }),
+                None => Err(e),
+            },
+        }
+    }
+
+    fn apply_edit(&self, git: &Git<'_>, edit: &TreeEdit) -> Result<(), GitError> {
+        match edit {
+            TreeEdit::Write { path, contents } => {
+                let blob = Oid::parse(&String::from_utf8_lossy(&git.run_with(
+                    &["hash-object", "-w", "--no-filters", "--stdin"],
+                    Some(contents),
+                )?))
+                .ok_or_else(|| git.fail("hash-object printed no object id".into()))?;
+                let info = format!("100644,{blob},{path}");
+                git.run(&["update-index", "--add", "--cacheinfo", &info])?;
+            }
+            TreeEdit::Restore { from, protected } => {
+                let listed = git.run(&["ls-files", "-z"])?;
+                let mut remove = Vec::new();
+                for path in zero_separated(&listed) {
+                    if protected.covers(&String::from_utf8_lossy(path)) {
+                        remove.extend_from_slice(path);
+                        remove.push(0);
+                    }
+                }
+                if !remove.is_empty() {
+                    git.run_with(
+                        &["update-index", "--force-remove", "-z", "--stdin"],
+                        Some(&remove),
+                    )?;
+                }
+                let tree = git.run(&["ls-tree", "-r", "-z", "--full-tree", from.as_str()])?;
+                let mut add = Vec::new();
+                for line in zero_separated(&tree) {
+                    let Some(tab) = line.iter().position(|b| *b == b'\t') else {
+                        continue;
+                    };
+                    if protected.covers(&String::from_utf8_lossy(&line[tab + 1..])) {
+                        add.extend_from_slice(line);
+                        add.push(0);
+                    }
+                }
+                if !add.is_empty() {
+                    git.run_with(&["update-index", "-z", "--index-info"], Some(&add))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Saves what the worktree holds beyond its base as a binary patch at `to` (a dead
+    /// attempt's leftovers, never merged). Returns whether there was anything to save; with
+    /// nothing, no file is written.
+    pub fn save_patch(&self, wt: &Worktree, to: &Path) -> Result<bool, GitError> {
+        let tree = self.snapshot(wt)?;
+        let patch = self.git("diff-tree").run(&[
+            "diff-tree",
+            "-p",
+            "--binary",
+            "--full-index",
+            "--no-renames",
+            wt.base.as_str(),
+            tree.as_str(),
+        ])?;
+        if patch.is_empty() {
+            return Ok(false);
+        }
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
+        }
+        std::fs::write(to, patch).map_err(io("cannot write", to))?;
+        Ok(true)
+    }
+
+    /// Removes the worktree's directory (whatever the agent left in it) and its branch in the
+    /// user's repository.
+    pub fn remove_worktree(&self, wt: &Worktree) -> Result<(), GitError> {
+        remove_all(&wt.dir)?;
+        let refname = format!("refs/heads/{}", wt.branch);
+        if self.branch(&wt.branch)?.is_some() {
+            self.git("update-ref")
+                .run(&["update-ref", "-d", &refname])?;
+        }
+        Ok(())
+    }
+}
+
+/// Where `dir` (which may not exist yet) is: made absolute, `.` and `..` taken lexically,
+/// then its longest existing ancestor resolved (links followed) and the rest appended. The
+/// harness uses this path from then on, so what it checks is what it creates.
+fn resolve_new(dir: &Path) -> Result<PathBuf, GitError> {
+    use std::path::Component;
+    let absolute = if dir.is_absolute() {
+        dir.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(io("cannot resolve", dir))?
+            .join(dir)
+    };
+    let mut lexical = PathBuf::new();
+    for c in absolute.components() {
+        match c {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            Component::Prefix(_) | Component::RootDir | Component::Normal(_) => lexical.push(c),
+        }
+    }
+    let mut existing = lexical.as_path();
+    let mut rest = Vec::new();
+    while existing.symlink_metadata().is_err() {
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(up)) => {
+                rest.push(name.to_os_string());
+                existing = up;
+            }
+            _ => break,
+        }
+    }
+    let mut resolved = existing
+        .canonicalize()
+        .map_err(io("cannot resolve", existing))?;
+    resolved.extend(rest.iter().rev());
+    Ok(resolved)
+}
+
+/// `rm -rf`, also through directories the agent made unwritable.
+fn remove_all(dir: &Path) -> Result<(), GitError> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    if std::fs::remove_dir_all(dir).is_ok() {
+        return Ok(());
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(meta) = d.symlink_metadata() else {
+            continue;
+        };
+        if meta.is_dir() {
+            let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
+            if let Ok(entries) = std::fs::read_dir(&d) {
+                stack.extend(entries.flatten().map(|e| e.path()));
+            }
+        }
+    }
+    std::fs::remove_dir_all(dir).map_err(io("cannot remove", dir))
+}
