@@ -67,8 +67,13 @@ pub enum Record {
     },
     /// A tool call has its result (written and synced after it ran).
     ToolFinished { call_id: String, is_error: bool },
-    /// What one model response cost.
-    Usage { usage: Usage },
+    /// What one model response used, and what it cost in USD when the model's pricing was
+    /// known (absent, never 0, when it was not).
+    Usage {
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
     /// A checkpoint of the workspace was taken (its store comes with checkpoints).
     CheckpointRecorded {
         id: String,

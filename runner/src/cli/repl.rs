@@ -271,6 +271,7 @@ fn slash_command(
                     model.model.clone(),
                     model.protocol,
                     model.limits.max_output_tokens,
+                    model.pricing,
                 );
                 let mut note = format!("now on {} ({})", model.name, model.model);
                 if handoff.dropped_reasoning > 0 {

@@ -293,3 +293,183 @@ async fn a_session_file_that_does_not_read_is_refused_naming_the_line_and_kept_a
         "{out:?}"
     );
 }
+
+/// Runs `anvil ARGS` (in `m`'s repo) with `m`'s sessions directory on a tmpfs of `size`
+/// bytes — a genuinely full disk once it fills — and copies what the sessions directory holds
+/// at the end into `out/sessions` (the tmpfs goes with the mount namespace). The mount is made
+/// in a new user + mount namespace (`unshare`, which works as root and unprivileged), or else
+/// by bubblewrap's `--size N --tmpfs DIR`. Returns the exit code and stdout, or `None` when
+/// neither can mount a tmpfs on this machine.
+fn anvil_on_tiny_tmpfs(
+    m: &Machine,
+    size: u64,
+    out: &std::path::Path,
+    args: &[&str],
+) -> Option<(i32, String)> {
+    const RUN: &str = r#"
+        if [ "$MOUNT" = 1 ]; then mount -t tmpfs -o "size=$SIZE" tmpfs "$SESSIONS" || exit 97; fi
+        [ "$(df --output=size -B1 "$SESSIONS" | tail -1 | tr -d ' ')" -le "$SIZE" ] || exit 98
+        "$@" > "$OUT/stdout"
+        echo $? > "$OUT/code"
+        mkdir -p "$OUT/sessions" && cp -R "$SESSIONS/." "$OUT/sessions/"
+    "#;
+    let sessions = m.sessions_dir();
+    std::fs::create_dir_all(&sessions).unwrap();
+    let size_text = size.to_string();
+    let attempts: [(&str, Vec<&str>, &str); 2] = [
+        (
+            "unshare",
+            vec!["--user", "--map-root-user", "--mount", "--"],
+            "1",
+        ),
+        (
+            "bwrap",
+            vec![
+                "--dev-bind",
+                "/",
+                "/",
+                "--size",
+                &size_text,
+                "--tmpfs",
+                sessions.to_str().unwrap(),
+                "--",
+            ],
+            "0",
+        ),
+    ];
+    let mut why = Vec::new();
+    for (program, wrapper, mount) in attempts {
+        let _ = std::fs::remove_file(out.join("code"));
+        let status = m
+            .home
+            .command(program)
+            .current_dir(&m.repo)
+            .args(&wrapper)
+            .args(["sh", "-c", RUN, "sh", ANVIL])
+            .args(args)
+            .env("MOUNT", mount)
+            .env("SIZE", &size_text)
+            .env("SESSIONS", &sessions)
+            .env("OUT", out)
+            .stderr(Stdio::piped())
+            .output();
+        match status {
+            Ok(_) if out.join("code").exists() => {
+                eprintln!("the sessions directory was a {size}-byte tmpfs, by {program}");
+                let code = std::fs::read_to_string(out.join("code")).unwrap();
+                let stdout = std::fs::read_to_string(out.join("stdout")).unwrap();
+                return Some((code.trim().parse().unwrap(), stdout));
+            }
+            Ok(o) => why.push(format!(
+                "{program}: {:?} {}",
+                o.status.code(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => why.push(format!("{program}: {e}")),
+        }
+    }
+    eprintln!(
+        "SKIPPED: no tiny tmpfs can be mounted on this machine, so the full-disk test did not \
+         run: {}",
+        why.join("; ")
+    );
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_the_turn_naming_the_file_and_leaves_a_whole_prefix_that_resumes() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |_| {
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Answer::sse(anthropic_sse::tool_use(
+                "toolu_big",
+                "read_file",
+                &json!({"file_path": "big.txt"}),
+                "tool_use",
+                USAGE,
+            )),
+            _ => Answer::sse(anthropic_sse::text("carried on", USAGE)),
+        }
+    })
+    .await;
+    let m = machine(&server);
+    // The call's result (some 40 KB) does not fit in what is left of an 8 KiB disk; the
+    // records before it do.
+    let big: String = (0..800)
+        .map(|i| format!("line {i:04} of a big file.....................\n"))
+        .collect();
+    std::fs::write(m.repo.join("big.txt"), &big).unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let Some((code, stdout)) = anvil_on_tiny_tmpfs(
+        &m,
+        8192,
+        out.path(),
+        &["-p", "read big.txt", "--output-format", "json"],
+    ) else {
+        return;
+    };
+    let result: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(result["outcome"], "failed", "{result}");
+    assert_eq!(code, 1, "README: failed is exit 1; {result}");
+    let id = result["session_id"].as_str().unwrap().to_string();
+    let error = result["error"].as_str().unwrap();
+    let file = m
+        .sessions_dir()
+        .join(
+            std::fs::read_dir(out.path().join("sessions"))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap()
+                .file_name(),
+        )
+        .join(format!("{id}.jsonl"));
+    assert!(
+        error.contains(&file.display().to_string()) && error.contains("No space left on device"),
+        "{error}"
+    );
+    assert_eq!(
+        served.load(Ordering::SeqCst),
+        1,
+        "nothing asked after the failure"
+    );
+
+    // What reached the disk is a whole prefix: it ends on a whole record, the call's finish,
+    // and loads.
+    let kept = out
+        .path()
+        .join("sessions")
+        .join(file.parent().unwrap().file_name().unwrap())
+        .join(format!("{id}.jsonl"));
+    let text = std::fs::read_to_string(&kept).unwrap();
+    assert!(text.ends_with('\n'), "{text}");
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["type"], "tool_finished", "{text}");
+    assert!(
+        !text.contains("line 0799"),
+        "the result that did not fit is not half there"
+    );
+    let replay = m.run(&["replay", kept.to_str().unwrap()]);
+    assert_eq!(replay.status.code(), Some(0), "{replay:?}");
+    assert!(String::from_utf8_lossy(&replay.stdout).contains("⏺ read_file("));
+
+    // Resumed, the model learns the call ran and its result was lost — not that it never ran.
+    let out = m.run(&[
+        "-p",
+        "go on",
+        "--resume",
+        kept.to_str().unwrap(),
+        "--output-format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json_out(&out)["session_id"], id.as_str());
+    let results = last_results(&server);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].contains("Result lost: this read_file call ran"),
+        "{results:?}"
+    );
+}
