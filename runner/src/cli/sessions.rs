@@ -217,8 +217,9 @@ fn render(out: &mut impl Write, entries: &[Entry], loaded: &LoadedSession) -> st
     let total = &loaded.state.usage;
     writeln!(
         out,
-        "── total: {} responses · {} · {} ──",
+        "── total: {} response{} · {} · {} ──",
         loaded.state.responses,
+        if loaded.state.responses == 1 { "" } else { "s" },
         tokens(total),
         match loaded.state.cost {
             c if c.priced == 0 => "cost unknown".to_string(),

@@ -473,3 +473,110 @@ async fn a_full_disk_fails_the_turn_naming_the_file_and_leaves_a_whole_prefix_th
         "{results:?}"
     );
 }
+
+/// `m`'s config with a second model, `priced`, on the same server with pricing (USD per
+/// million tokens); `test` has none.
+fn with_priced_model(m: &Machine, server: &ScriptedServer) {
+    m.home.write_config(&format!(
+        "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n\n[models.priced]\nprovider = \"mock\"\nmodel = \"claude-priced\"\npricing = {{ input = 3.0, output = 15.0 }}\n",
+        server.uri()
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_and_replay_show_cost_when_known_and_never_a_made_up_zero() {
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |_| {
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Answer::sse(anthropic_sse::tool_use(
+                "toolu_1",
+                "read_file",
+                &json!({"file_path": "notes.txt"}),
+                "tool_use",
+                Usage {
+                    input: 1000,
+                    output: 20,
+                },
+            )),
+            1 => Answer::sse(anthropic_sse::text(
+                "The notes say: notes.",
+                Usage {
+                    input: 1200,
+                    output: 40,
+                },
+            )),
+            _ => Answer::sse(anthropic_sse::text("unpriced answer", USAGE)),
+        }
+    })
+    .await;
+    let m = machine(&server);
+    with_priced_model(&m, &server);
+    let priced = m.run(&[
+        "-p",
+        "read the notes",
+        "-m",
+        "priced",
+        "--output-format",
+        "json",
+    ]);
+    assert_eq!(priced.status.code(), Some(0), "{priced:?}");
+    let priced = json_out(&priced);
+    // 2,200 in at $3/M and 60 out at $15/M.
+    let cost = priced["cost_usd"].as_f64().unwrap();
+    assert!((cost - 0.0075).abs() < 1e-12, "{priced}");
+    let priced_id = priced["session_id"].as_str().unwrap().to_string();
+    let unpriced = m.run(&["-p", "hi", "--output-format", "json"]);
+    assert_eq!(unpriced.status.code(), Some(0), "{unpriced:?}");
+    let unpriced_id = json_out(&unpriced)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The file keeps each response's cost; a model without pricing writes none.
+    let files = m.session_files();
+    let file_of = |id: &str| {
+        files
+            .iter()
+            .find(|f| f.file_stem().unwrap() == id)
+            .unwrap()
+            .clone()
+    };
+    let priced_text = std::fs::read_to_string(file_of(&priced_id)).unwrap();
+    assert_eq!(
+        priced_text.matches("\"cost_usd\":").count(),
+        2,
+        "{priced_text}"
+    );
+    let unpriced_text = std::fs::read_to_string(file_of(&unpriced_id)).unwrap();
+    assert!(!unpriced_text.contains("cost_usd"), "{unpriced_text}");
+
+    let listed = m.run(&["sessions"]);
+    assert_eq!(listed.status.code(), Some(0), "{listed:?}");
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    let line_of = |id: &str| {
+        listed
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} in {listed}"))
+            .to_string()
+    };
+    assert!(line_of(&priced_id).contains("$0.0075"), "{listed}");
+    assert!(line_of(&unpriced_id).contains(" — "), "{listed}");
+    assert!(!line_of(&unpriced_id).contains('$'), "{listed}");
+
+    let replay = m.run(&["replay", &priced_id]);
+    assert_eq!(replay.status.code(), Some(0), "{replay:?}");
+    let text = String::from_utf8_lossy(&replay.stdout)
+        .replace(&priced_id, "[id]")
+        .replace(&m.repo.display().to_string(), "[repo]");
+    insta::assert_snapshot!("replay_priced_session", text);
+
+    let replay = m.run(&["replay", &unpriced_id]);
+    let text = String::from_utf8_lossy(&replay.stdout);
+    assert!(
+        text.contains("   · usage: 50 in, 0 cached, 10 out · cost unknown")
+            && text.contains("── total: 1 response · 50 in, 0 cached, 10 out · cost unknown ──"),
+        "{text}"
+    );
+}
