@@ -580,3 +580,158 @@ async fn sessions_and_replay_show_cost_when_known_and_never_a_made_up_zero() {
         "{text}"
     );
 }
+
+/// `anvil replay`'s and `anvil -p --resume`'s stderr / JSON error, exit code, and whether the
+/// file is byte for byte what it was.
+struct Refusal {
+    code: Option<i32>,
+    message: String,
+}
+
+fn replay_of(m: &Machine, what: &str) -> (Refusal, String) {
+    let out = m.run(&["replay", what]);
+    (
+        Refusal {
+            code: out.status.code(),
+            message: String::from_utf8_lossy(&out.stderr).into_owned(),
+        },
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn resume_of(m: &Machine, what: &str) -> Refusal {
+    let out = m.run(&["-p", "go on", "--resume", what, "--output-format", "json"]);
+    let result = json_out(&out);
+    Refusal {
+        code: out.status.code(),
+        message: result["error"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_and_resume_refuse_a_file_that_does_not_read_naming_file_and_line_and_change_nothing()
+ {
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |_| {
+        Answer::sse(anthropic_sse::text("fine", USAGE))
+    })
+    .await;
+    let m = machine(&server);
+    let out = m.run(&["-p", "hello", "--output-format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let good = m.session_files().pop().unwrap();
+    let original = std::fs::read(&good).unwrap();
+    let lines = original.iter().filter(|&&b| b == b'\n').count();
+    let dir = good.parent().unwrap().to_path_buf();
+    let bad = |name: &str, bytes: &[u8]| {
+        let path = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let refused = |path: &std::path::Path, expect: &[&str]| {
+        let before = std::fs::read(path).unwrap();
+        let (replay, _) = replay_of(&m, path.to_str().unwrap());
+        let resume = resume_of(&m, path.to_str().unwrap());
+        for (what, r) in [("replay", &replay), ("resume", &resume)] {
+            assert_eq!(r.code, Some(6), "{what} {}: {}", path.display(), r.message);
+            assert!(
+                r.message.contains(&path.display().to_string()),
+                "{what}: {}",
+                r.message
+            );
+            for e in expect {
+                assert!(r.message.contains(e), "{what}: {e:?} in {}", r.message);
+            }
+        }
+        assert_eq!(
+            std::fs::read(path).unwrap(),
+            before,
+            "{} rewritten",
+            path.display()
+        );
+    };
+
+    // Cut off inside its first record; and nothing at all.
+    refused(
+        &bad("truncated", &original[..30]),
+        &["line 1", "ends inside its first record"],
+    );
+    refused(&bad("empty", b""), &["is empty"]);
+    // From a newer anvil, at line 2.
+    let text = String::from_utf8(original.clone()).unwrap();
+    let mut newer: Vec<String> = text.lines().map(str::to_string).collect();
+    newer[1] = newer[1].replacen("\"v\":1", "\"v\":2", 1);
+    refused(
+        &bad("newer", format!("{}\n", newer.join("\n")).as_bytes()),
+        &["line 2", "newer anvil", "upgrade anvil"],
+    );
+
+    // A torn last line is recovered: replay reads the rest, says which line it left out, and
+    // leaves the file as it is.
+    let mut torn = original.clone();
+    torn.extend_from_slice(br#"{"v":1,"seq":99,"ts_ms":1,"type":"mess"#);
+    let torn_path = bad("torn", &torn);
+    let (replay, stdout) = replay_of(&m, torn_path.to_str().unwrap());
+    assert_eq!(replay.code, Some(0), "{}", replay.message);
+    let note = format!(
+        "session file {}, line {}: a torn final record (38 bytes",
+        torn_path.display(),
+        lines + 1
+    );
+    assert!(replay.message.contains(&note), "{}", replay.message);
+    assert!(
+        stdout.contains(&note) && stdout.contains("⏺ fine"),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read(&torn_path).unwrap(),
+        torn,
+        "replay changed nothing"
+    );
+
+    // A session of another directory: by id it is refused as that directory's (naming its
+    // file), by path replay reads it and resume refuses it; no byte changes.
+    let other_repo = m.home.git_repo("other", &[("x.txt", "x\n")]);
+    let mut other = m.home.command(ANVIL);
+    other
+        .current_dir(&other_repo)
+        .args(["-p", "elsewhere", "--output-format", "json"]);
+    let other_out = other.output().unwrap();
+    assert_eq!(other_out.status.code(), Some(0), "{other_out:?}");
+    let other_id = json_out(&other_out)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let other_file = m
+        .session_files()
+        .into_iter()
+        .find(|f| f.file_stem().unwrap() == other_id.as_str())
+        .unwrap();
+    let other_bytes = std::fs::read(&other_file).unwrap();
+    let (by_id, _) = replay_of(&m, &other_id);
+    let resumed_by_id = resume_of(&m, &other_id);
+    let resumed_by_path = resume_of(&m, other_file.to_str().unwrap());
+    let belongs = format!(
+        "belongs to {}, not to {}",
+        other_repo.canonicalize().unwrap().display(),
+        m.repo.canonicalize().unwrap().display()
+    );
+    for (what, r) in [
+        ("replay by id", &by_id),
+        ("resume by id", &resumed_by_id),
+        ("resume by path", &resumed_by_path),
+    ] {
+        assert_eq!(r.code, Some(6), "{what}: {}", r.message);
+        assert!(
+            r.message
+                .contains(&format!("session file {}, line 1", other_file.display()))
+                && r.message.contains(&belongs),
+            "{what}: {}",
+            r.message
+        );
+    }
+    let (by_path, stdout) = replay_of(&m, other_file.to_str().unwrap());
+    assert_eq!(by_path.code, Some(0), "{}", by_path.message);
+    assert!(stdout.contains("› elsewhere"), "{stdout}");
+    assert_eq!(std::fs::read(&other_file).unwrap(), other_bytes);
+    assert_eq!(std::fs::read(&good).unwrap(), original);
+}
