@@ -735,3 +735,157 @@ async fn replay_and_resume_refuse_a_file_that_does_not_read_naming_file_and_line
     assert_eq!(std::fs::read(&other_file).unwrap(), other_bytes);
     assert_eq!(std::fs::read(&good).unwrap(), original);
 }
+
+/// The text of every text block of `message` (a request's JSON message), joined.
+fn message_text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn has_tools(request: &Value) -> bool {
+    request["tools"].as_array().is_some_and(|t| !t.is_empty())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_tool_session_compacts_through_the_real_binary_and_resumes_from_the_summary() {
+    const SUMMARY: &str = "SUMMARY-7f3: read the big files one by one; nothing is left to do.";
+    // The server counts a request's tokens as its bytes / 4, as a real one counts them.
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |request| {
+        let usage = Usage {
+            input: request.to_string().len() as u64 / 4,
+            output: 20,
+        };
+        let messages = request["messages"].as_array().unwrap();
+        if !has_tools(request) {
+            return Answer::sse(anthropic_sse::text(SUMMARY, usage));
+        }
+        if message_text(&messages[0]).starts_with("This session was compacted") {
+            return Answer::sse(anthropic_sse::text("done after compaction", usage));
+        }
+        let results = messages
+            .iter()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .filter(|b| b["type"] == "tool_result")
+            .count();
+        if messages.len() == 1 && message_text(&messages[0]) == "probe" {
+            return Answer::sse(anthropic_sse::text("probed", usage));
+        }
+        let n = results + 1;
+        let (name, input) = if n % 2 == 1 {
+            ("read_file", json!({"file_path": format!("big{n}.txt")}))
+        } else {
+            ("bash", json!({"command": format!("cat big{n}.txt")}))
+        };
+        Answer::sse(if n <= 8 {
+            anthropic_sse::tool_use(&format!("toolu_{n}"), name, &input, "tool_use", usage)
+        } else {
+            anthropic_sse::text("finished without compacting", usage)
+        })
+    })
+    .await;
+    let m = machine(&server);
+
+    // A bare request: the system prompt, the tools and one short prompt.
+    let probe = m.run(&["-p", "probe", "--output-format", "json"]);
+    assert_eq!(probe.status.code(), Some(0), "{probe:?}");
+    let bare = server.requests()[0].to_string().len() as u64 / 4;
+    let window = 4 * bare;
+    let max_output = 256;
+    m.home.write_config(&format!(
+        "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\ncontext_window = {window}\nmax_output_tokens = {max_output}\n",
+        server.uri()
+    ));
+    // Each file is about as big as the bare request: a few of them fill the window.
+    for n in 1..=8 {
+        let text: String = (0..bare / 12)
+            .map(|i| format!("big{n} line {i:05} ............................\n"))
+            .collect();
+        std::fs::write(m.repo.join(format!("big{n}.txt")), text).unwrap();
+    }
+    let before = server.requests().len();
+    let out = m.run(&[
+        "-p",
+        "read the big files",
+        "--permission-mode",
+        "bypass",
+        "--output-format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let result = json_out(&out);
+    assert_eq!(result["text"], "done after compaction", "{result}");
+    let id = result["session_id"].as_str().unwrap().to_string();
+
+    let requests: Vec<Value> = server.requests().split_off(before);
+    let summaries: Vec<usize> = (0..requests.len())
+        .filter(|&i| !has_tools(&requests[i]))
+        .collect();
+    assert_eq!(summaries.len(), 1, "one summary request, with no tools");
+    let at = summaries[0];
+    assert!(
+        message_text(&requests[at]["messages"][0]).starts_with("You are summarizing"),
+        "{}",
+        requests[at]
+    );
+    assert!(at >= 3, "compacted only after a few big results: {at}");
+    let last_before = requests[at - 1].to_string().len() as u64 / 4;
+    let after = &requests[at + 1];
+    let after_tokens = after.to_string().len() as u64 / 4;
+    assert!(
+        after_tokens < window - max_output && after_tokens < last_before,
+        "{after_tokens} tokens after, {last_before} before, window {window}"
+    );
+    let first = message_text(&after["messages"][0]);
+    assert!(first.contains(SUMMARY), "{first}");
+    assert!(
+        !after.to_string().contains("big1 line"),
+        "the old results are gone"
+    );
+
+    let file = m
+        .session_files()
+        .into_iter()
+        .find(|f| f.file_stem().unwrap() == id.as_str())
+        .unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains("\"type\":\"context_replaced\"")
+                && l.contains("\"reason\":\"compaction\"")),
+        "no compaction record in {}",
+        file.display()
+    );
+    let replay = m.run(&["replay", &id]);
+    assert_eq!(replay.status.code(), Some(0), "{replay:?}");
+    let replay = String::from_utf8_lossy(&replay.stdout);
+    assert!(
+        replay.contains("── context replaced (Compaction)") && replay.contains("⏺ bash("),
+        "{replay}"
+    );
+
+    // Resumed, the session goes on from the compacted context.
+    let before = server.requests().len();
+    let out = m.run(&[
+        "-p",
+        "anything else?",
+        "--resume",
+        &id,
+        "--output-format",
+        "json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(json_out(&out)["session_id"], id.as_str());
+    let resumed = &server.requests()[before];
+    let messages = resumed["messages"].as_array().unwrap();
+    assert!(message_text(&messages[0]).contains(SUMMARY), "{resumed}");
+    assert_eq!(message_text(&messages[1]), "done after compaction");
+    assert!(message_text(messages.last().unwrap()).contains("anything else?"));
+    assert!(!resumed.to_string().contains("big1 line"));
+}
