@@ -61,7 +61,7 @@ pub fn list(cli: &Cli) -> i32 {
 
 /// A session's cost: the total when every response's is known, a lower bound (`≥`) when
 /// some model had no pricing, `—` when none had.
-fn cost_label(cost: &Cost) -> String {
+pub(crate) fn cost_label(cost: &Cost) -> String {
     match (cost.known(), cost.priced) {
         (Some(usd), _) => usd_label(usd),
         (None, 0) => "—".into(),
