@@ -103,6 +103,7 @@ fn session_of(dir: &Path, records: usize) -> PathBuf {
                     cache_read: 9000,
                     cache_write: 0,
                 },
+                cost_usd: Some(0.0078),
             },
         );
         written += 5;

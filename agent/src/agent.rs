@@ -19,6 +19,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anvil_llm::config::Pricing;
 use anvil_llm::text::Limit;
 use anvil_llm::{
     ChatRequest, ContentBlock, FinishReason, LlmError, Message, MessageBuilder, Provider, Role,
@@ -57,6 +58,9 @@ pub struct AgentConfig {
     /// The model's context window in tokens; `None` is unknown, and a conservative default
     /// ([`ContextBudget::DEFAULT_WINDOW`]) is used.
     pub context_window: Option<u32>,
+    /// The model's prices: each response's cost is recorded with its usage. `None` is unknown
+    /// pricing, and the cost stays unknown (never 0).
+    pub pricing: Option<Pricing>,
 }
 
 impl Default for AgentConfig {
@@ -70,6 +74,7 @@ impl Default for AgentConfig {
             cache: true,
             prompt_cache_key: None,
             context_window: None,
+            pricing: None,
         }
     }
 }
@@ -102,6 +107,8 @@ pub struct Agent {
     budget: ContextBudget,
     /// The context's revision and the last exact token count.
     tracker: ContextTracker,
+    /// The current model's prices, for the cost recorded with each response's usage.
+    pricing: Option<Pricing>,
 }
 
 enum Step {
@@ -146,6 +153,7 @@ impl Agent {
             unwritten: None,
             budget,
             tracker: ContextTracker::default(),
+            pricing: cfg.pricing,
         }
     }
 
@@ -239,6 +247,12 @@ impl Agent {
         written
     }
 
+    /// Records one response's usage, with its cost when the model's pricing is known.
+    fn commit_usage(&mut self, usage: anvil_llm::Usage) {
+        let cost_usd = self.pricing.map(|p| p.cost(&usage));
+        self.commit_or_note(Record::Usage { usage, cost_usd });
+    }
+
     /// [`Agent::commit`], keeping the first failure for the end of the turn.
     fn commit_or_note(&mut self, record: Record) -> bool {
         match self.commit(record) {
@@ -292,6 +306,7 @@ impl Agent {
         model: String,
         protocol: anvil_llm::Protocol,
         max_tokens: u32,
+        pricing: Option<Pricing>,
     ) -> anvil_llm::handoff::Handoff {
         let handoff = anvil_llm::handoff::handoff(&self.request.messages, protocol);
         if handoff.messages != self.request.messages {
@@ -308,6 +323,7 @@ impl Agent {
         self.provider = provider;
         self.request.model = model.clone();
         self.request.max_tokens = max_tokens;
+        self.pricing = pricing;
         self.commit_or_note(Record::ModelChanged { model });
         handoff
     }
@@ -406,9 +422,7 @@ impl Agent {
         };
         let mut message = completion.message;
         self.mint_unique_ids(&mut message);
-        self.commit_or_note(Record::Usage {
-            usage: completion.usage,
-        });
+        self.commit_usage(completion.usage);
         self.events
             .send(AgentEvent::Usage {
                 usage: completion.usage,
@@ -542,9 +556,7 @@ impl Agent {
                 Ok(None) => return Err("cancelled".into()),
                 Err(e) => return Err(format!("the summary request failed: {e}")),
             };
-        self.commit_or_note(Record::Usage {
-            usage: completion.usage,
-        });
+        self.commit_usage(completion.usage);
         self.events
             .send(AgentEvent::Usage {
                 usage: completion.usage,

@@ -23,8 +23,12 @@
 //!   from a newer format — refuses the whole file with its line number; nothing is half-read
 //!   and nothing is rewritten.
 //! - A call with `tool_started` and no `tool_finished` has an unknown outcome: resuming
-//!   answers it as such and never runs it again by itself ([`repair`]).
-//! - A failed append (a full disk) is undone and returned; the agent ends the turn as failed.
+//!   answers it as such and never runs it again by itself ([`repair`]). A call with its
+//!   `tool_finished` and no result in the context ran, and its result was lost: resuming says
+//!   so, never that it did not run.
+//! - A failed append (a full disk) is undone and returned, and the writer appends nothing
+//!   after it — a later, smaller record must not land after a missing one — so the file stays
+//!   a whole prefix of the session; the agent ends the turn as failed.
 //! - Known secret values are redacted from every string of a record before it is written. A
 //!   record is encoded the same way whether or not secrets are known (same fields, same
 //!   order), so every line re-encodes to its own bytes — opaque reasoning state included.
@@ -39,7 +43,7 @@ pub mod state;
 pub mod store;
 
 pub use record::{Entry, FORMAT_VERSION, Record, ReplaceReason, Todo, TodoStatus};
-pub use state::{OpenCall, ReduceError, SessionState};
+pub use state::{Cost, FinishedCall, OpenCall, ReduceError, SessionState};
 pub use store::{
     LoadedSession, SessionError, SessionStore, SessionSummary, SessionWriter, load, repair,
 };

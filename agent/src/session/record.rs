@@ -67,8 +67,13 @@ pub enum Record {
     },
     /// A tool call has its result (written and synced after it ran).
     ToolFinished { call_id: String, is_error: bool },
-    /// What one model response cost.
-    Usage { usage: Usage },
+    /// What one model response used, and what it cost in USD when the model's pricing was
+    /// known (absent, never 0, when it was not).
+    Usage {
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+    },
     /// A checkpoint of the workspace was taken (its store comes with checkpoints).
     CheckpointRecorded {
         id: String,
@@ -155,5 +160,30 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), entry);
         assert_eq!(entry.record.kind(), "tool_finished");
+    }
+
+    #[test]
+    fn a_usage_without_cost_reads_and_writes_as_format_1_always_did() {
+        let old = r#"{"v":1,"seq":2,"ts_ms":1,"type":"usage","usage":{"input":3,"output":4,"cache_read":0,"cache_write":0}}"#;
+        let entry: Entry = serde_json::from_str(old).unwrap();
+        let Record::Usage { usage, cost_usd } = &entry.record else {
+            panic!("{entry:?}")
+        };
+        assert_eq!((usage.output, *cost_usd), (4, None));
+        assert_eq!(
+            serde_json::to_string(&entry).unwrap(),
+            old,
+            "no cost key, not a 0"
+        );
+        let priced = Entry {
+            record: Record::Usage {
+                usage: *usage,
+                cost_usd: Some(0.5),
+            },
+            ..entry
+        };
+        let line = serde_json::to_string(&priced).unwrap();
+        assert!(line.ends_with(r#","cost_usd":0.5}"#), "{line}");
+        assert_eq!(serde_json::from_str::<Entry>(&line).unwrap(), priced);
     }
 }

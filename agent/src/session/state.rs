@@ -2,7 +2,7 @@
 //! record it writes through [`SessionState::apply`]; loading a file applies each record read
 //! through the same function, so a loaded session is the live one.
 
-use anvil_llm::{Message, Usage};
+use anvil_llm::{ContentBlock, Message, Role, Usage};
 use serde_json::Value;
 
 use super::record::{Record, Todo};
@@ -19,8 +19,13 @@ pub struct SessionState {
     /// Calls started with no finish recorded, in start order: after a crash, each one's outcome
     /// is unknown.
     pub open_calls: Vec<OpenCall>,
+    /// Calls whose finish is recorded and whose result is not (yet) in the context: after a
+    /// crash (or a full disk) between the two, each one ran and its result was lost.
+    pub finished_calls: Vec<FinishedCall>,
     /// The sum of every response's usage.
     pub usage: Usage,
+    /// What the responses cost, as far as it is known.
+    pub cost: Cost,
     /// Model responses so far (one `Usage` record each).
     pub responses: u64,
     /// Checkpoints taken, oldest first.
@@ -33,6 +38,44 @@ pub struct OpenCall {
     pub call_id: String,
     pub name: String,
     pub arguments: Value,
+}
+
+/// A tool call that ran to its end (`tool_finished`) and whose result is not in the context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedCall {
+    pub call_id: String,
+    pub name: String,
+    pub is_error: bool,
+}
+
+/// What a session's responses cost. A response of a model without pricing has an unknown
+/// cost: it is counted as such, never as 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Cost {
+    /// USD, summed over the responses that had a cost.
+    pub usd: f64,
+    /// Responses with a cost.
+    pub priced: u64,
+    /// Responses with an unknown cost.
+    pub unpriced: u64,
+}
+
+impl Cost {
+    /// Adds one response's cost (`None`: unknown).
+    pub fn add(&mut self, cost_usd: Option<f64>) {
+        match cost_usd {
+            Some(usd) => {
+                self.usd += usd;
+                self.priced += 1;
+            }
+            None => self.unpriced += 1,
+        }
+    }
+
+    /// The total, when every response's cost is known (and there was one).
+    pub fn known(&self) -> Option<f64> {
+        (self.priced > 0 && self.unpriced == 0).then_some(self.usd)
+    }
 }
 
 /// A record that cannot apply to the session as it stands.
@@ -68,7 +111,22 @@ impl SessionState {
                 self.model = model;
                 self.anvil_version = anvil_version;
             }
-            Record::MessageAppended { message } => messages.push(message),
+            Record::MessageAppended { message } => {
+                // A result answers its call; a new response comes only after every result of
+                // the batch before it is in, so none is awaited from then on.
+                if !self.finished_calls.is_empty() {
+                    match message.role {
+                        Role::User => self.finished_calls.retain(|c| {
+                            !message.content.iter().any(|b| {
+                                matches!(b, ContentBlock::ToolResult { call_id, .. }
+                                    if *call_id == c.call_id)
+                            })
+                        }),
+                        Role::Assistant => self.finished_calls.clear(),
+                    }
+                }
+                messages.push(message);
+            }
             Record::MessageExtended { index, content } => {
                 let len = messages.len();
                 let message = messages
@@ -76,7 +134,11 @@ impl SessionState {
                     .ok_or(ReduceError::NoSuchMessage { index, len })?;
                 message.content.extend(content);
             }
-            Record::ContextReplaced { messages: new, .. } => *messages = new,
+            Record::ContextReplaced { messages: new, .. } => {
+                // A new context: whatever result it lacks is no longer awaited.
+                self.finished_calls.clear();
+                *messages = new;
+            }
             Record::ModelChanged { model } => self.model = model,
             Record::TodosChanged { todos } => self.todos = todos,
             Record::ToolStarted {
@@ -88,16 +150,22 @@ impl SessionState {
                 name,
                 arguments,
             }),
-            Record::ToolFinished { call_id, .. } => {
+            Record::ToolFinished { call_id, is_error } => {
                 let at = self
                     .open_calls
                     .iter()
                     .position(|c| c.call_id == call_id)
                     .ok_or(ReduceError::FinishedUnstarted { call_id })?;
-                self.open_calls.remove(at);
+                let call = self.open_calls.remove(at);
+                self.finished_calls.push(FinishedCall {
+                    call_id: call.call_id,
+                    name: call.name,
+                    is_error,
+                });
             }
-            Record::Usage { usage } => {
+            Record::Usage { usage, cost_usd } => {
                 self.usage += usage;
+                self.cost.add(cost_usd);
                 self.responses += 1;
             }
             Record::CheckpointRecorded { id, .. } => self.checkpoints.push(id),

@@ -54,8 +54,31 @@ pub enum SessionError {
         #[source]
         source: ReduceError,
     },
-    #[error("session file {path}: does not start with session_started")]
-    NotStarted { path: PathBuf },
+    #[error(
+        "session file {path}, line {line}: does not start with session_started (found {found})"
+    )]
+    NotStarted {
+        path: PathBuf,
+        line: usize,
+        found: &'static str,
+    },
+    #[error("session file {path} is empty: it has no record, not even session_started")]
+    Empty { path: PathBuf },
+    #[error(
+        "session file {path}, line 1: the file ends inside its first record ({bytes} bytes and \
+         no newline): it was cut off while being written, and holds no session"
+    )]
+    Truncated { path: PathBuf, bytes: u64 },
+    #[error(
+        "session file {path}: not appended to since an earlier record could not be written \
+         ({first}); the file ends at record {last_seq}, a whole prefix of the session — resume \
+         it to continue from there"
+    )]
+    StoppedWriting {
+        path: PathBuf,
+        first: String,
+        last_seq: u64,
+    },
     #[error(
         "session file {path} is in use by another anvil process{}; wait for it to end, or \
          start a new session",
@@ -63,10 +86,11 @@ pub enum SessionError {
     )]
     Locked { path: PathBuf, pid: Option<u32> },
     #[error(
-        "session {id} belongs to {belongs}, not to {cwd}; resume it from there (or pass the \
-         session file's path)"
+        "session file {path}, line 1: session {id} belongs to {belongs}, not to {cwd}; resume \
+         it from {belongs} (anvil replay reads it from anywhere by its path)"
     )]
     OtherDirectory {
+        path: PathBuf,
         id: String,
         belongs: String,
         cwd: String,
@@ -109,6 +133,8 @@ pub struct SessionSummary {
     /// When the file was last written.
     pub modified: SystemTime,
     pub usage: anvil_llm::Usage,
+    /// What its responses cost, as far as it is known.
+    pub cost: super::state::Cost,
 }
 
 impl SessionStore {
@@ -166,6 +192,7 @@ impl SessionStore {
             next_seq: 1,
             len: 0,
             redactor,
+            failed: None,
         };
         let started = Record::SessionStarted {
             id,
@@ -195,17 +222,35 @@ impl SessionStore {
         Ok((writer, loaded))
     }
 
-    /// The path of session `id` of `cwd`, if it exists.
+    /// The path of session `id` of `cwd`, if it exists. A session `id` of another directory
+    /// is refused as such (naming its file), not as missing.
     pub fn find(&self, cwd: &Path, id: &str) -> Result<PathBuf, SessionError> {
         let path = self.path_of(cwd, id);
         if path.is_file() {
-            Ok(path)
-        } else {
-            Err(SessionError::NotFound {
-                id: id.to_string(),
-                dir: self.dir_for(cwd),
-            })
+            return Ok(path);
         }
+        if let Some(elsewhere) = self.find_elsewhere(id) {
+            return Err(SessionError::OtherDirectory {
+                belongs: started_in(&elsewhere).unwrap_or_else(|| "another directory".into()),
+                path: elsewhere,
+                id: id.to_string(),
+                cwd: cwd.to_string_lossy().into_owned(),
+            });
+        }
+        Err(SessionError::NotFound {
+            id: id.to_string(),
+            dir: self.dir_for(cwd),
+        })
+    }
+
+    /// The file of session `id` in any directory's sessions (one `stat` per directory).
+    fn find_elsewhere(&self, id: &str) -> Option<PathBuf> {
+        let name = format!("{id}.jsonl");
+        std::fs::read_dir(&self.root)
+            .ok()?
+            .flatten()
+            .map(|dir| dir.path().join(&name))
+            .find(|path| path.is_file())
     }
 
     /// `cwd`'s sessions, most recently written first. Files that do not load are left out.
@@ -236,6 +281,19 @@ impl SessionStore {
     /// The most recently written session of `cwd`.
     pub fn latest(&self, cwd: &Path) -> Result<Option<PathBuf>, SessionError> {
         Ok(self.list(cwd)?.into_iter().next().map(|s| s.path))
+    }
+}
+
+/// The working directory a session file's first record names, reading only that line.
+fn started_in(path: &Path) -> Option<String> {
+    use std::io::BufRead;
+    let mut first = String::new();
+    std::io::BufReader::new(File::open(path).ok()?)
+        .read_line(&mut first)
+        .ok()?;
+    match serde_json::from_str::<Entry>(&first).ok()?.record {
+        Record::SessionStarted { cwd, .. } => Some(cwd),
+        _ => None,
     }
 }
 
@@ -302,7 +360,9 @@ fn holder(file: &File) -> Option<u32> {
 /// Each record is one `write` of one whole line to a file opened for appending, so a crash
 /// leaves at most the last line torn. A failed write (a full disk) is undone — the file is
 /// cut back to its last whole line — and returned: the caller ends the turn, never carrying
-/// on with a silently shorter session.
+/// on with a silently shorter session. From then on the writer appends nothing: a later,
+/// smaller record that would fit must not land after the one that is missing, so the file
+/// stays a whole prefix of the session (resuming it continues from there).
 #[derive(Debug)]
 pub struct SessionWriter {
     file: File,
@@ -312,6 +372,8 @@ pub struct SessionWriter {
     /// Bytes of whole lines in the file.
     len: u64,
     redactor: Option<Arc<Redactor>>,
+    /// The first failed write, after which nothing more is appended.
+    failed: Option<String>,
 }
 
 impl SessionWriter {
@@ -332,6 +394,7 @@ impl SessionWriter {
             let here = cwd.to_string_lossy();
             if loaded.state.cwd != here {
                 return Err(SessionError::OtherDirectory {
+                    path: path.to_path_buf(),
                     id: loaded.state.id.clone(),
                     belongs: loaded.state.cwd.clone(),
                     cwd: here.into_owned(),
@@ -349,6 +412,7 @@ impl SessionWriter {
             next_seq: loaded.last_seq + 1,
             len: loaded.valid_len,
             redactor,
+            failed: None,
         };
         Ok((writer, loaded))
     }
@@ -364,6 +428,13 @@ impl SessionWriter {
     /// Appends `record` (redacted of known secret values), synced when the durability policy
     /// says so ([`Record::is_synced`]).
     pub fn append(&mut self, record: &Record) -> Result<(), SessionError> {
+        if let Some(first) = &self.failed {
+            return Err(SessionError::StoppedWriting {
+                path: self.path.clone(),
+                first: first.clone(),
+                last_seq: self.next_seq - 1,
+            });
+        }
         let entry = Entry {
             v: FORMAT_VERSION,
             seq: self.next_seq,
@@ -380,20 +451,32 @@ impl SessionWriter {
             reason: format!("cannot encode a {} record: {e}", record.kind()),
         })?;
         line.push(b'\n');
-        if let Err(e) = self.file.write_all(&line) {
-            // Whatever part of the line reached the file goes: the file ends on a whole record.
+        let written = self.file.write_all(&line).and_then(|()| {
+            if record.is_synced() {
+                self.file.sync_data()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = written {
+            // Whatever part of the line reached the file goes: the file ends on a whole record
+            // (were the cut to fail too, loading leaves a torn last line out all the same).
             let _ = self.file.set_len(self.len);
-            return Err(io(&self.path)(e));
-        }
-        if record.is_synced()
-            && let Err(e) = self.file.sync_data()
-        {
-            let _ = self.file.set_len(self.len);
+            self.failed = Some(e.to_string());
             return Err(io(&self.path)(e));
         }
         self.len += line.len() as u64;
         self.next_seq += 1;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl SessionWriter {
+    /// Writes to `file` from now on (tests: `/dev/full`, whose every write fails with ENOSPC
+    /// as a full disk's does).
+    pub(crate) fn write_to(&mut self, file: File) {
+        self.file = file;
     }
 }
 
@@ -473,6 +556,7 @@ impl LoadedSession {
             turns: self.prompts,
             modified,
             usage: self.state.usage,
+            cost: self.state.cost,
         }
     }
 }
@@ -535,6 +619,8 @@ pub fn load(path: &Path) -> Result<LoadedSession, SessionError> {
         if records == 0 && !matches!(entry.record, Record::SessionStarted { .. }) {
             return Err(SessionError::NotStarted {
                 path: path.to_path_buf(),
+                line: line_no,
+                found: entry.record.kind(),
             });
         }
         if let Some(text) = prompt_text(&entry.record) {
@@ -554,8 +640,15 @@ pub fn load(path: &Path) -> Result<LoadedSession, SessionError> {
         records += 1;
     }
     if records == 0 {
-        return Err(SessionError::NotStarted {
-            path: path.to_path_buf(),
+        return Err(if !torn.is_empty() {
+            SessionError::Truncated {
+                path: path.to_path_buf(),
+                bytes: torn.len() as u64,
+            }
+        } else {
+            SessionError::Empty {
+                path: path.to_path_buf(),
+            }
         });
     }
     Ok(LoadedSession {
@@ -592,8 +685,9 @@ fn prompt_text(record: &Record) -> Option<String> {
 /// What a resumed session must append before its next request: a result for every call of
 /// the last message that has none. A call that started with no recorded finish gets an
 /// *unknown outcome* result (it may have taken effect; it is never re-run by itself); a call
-/// that never started gets "not executed". Returns the records, in order, or none when the
-/// context is complete.
+/// that finished but whose result was never recorded (a crash or a full disk between the
+/// two) gets a *result lost* one, saying it ran; a call that never started gets "not
+/// executed". Returns the records, in order, or none when the context is complete.
 pub fn repair(loaded: &LoadedSession) -> Vec<Record> {
     let Some(last) = loaded.messages.last() else {
         return Vec::new();
@@ -605,7 +699,24 @@ pub fn repair(loaded: &LoadedSession) -> Vec<Record> {
     let mut results = Vec::new();
     for call in last.tool_calls() {
         let open = loaded.state.open_calls.iter().any(|c| c.call_id == call.id);
-        let text = if open {
+        let finished = loaded
+            .state
+            .finished_calls
+            .iter()
+            .find(|c| c.call_id == call.id);
+        let text = if let Some(finished) = finished {
+            format!(
+                "Result lost: this {} call ran to its end{}, but anvil stopped before its \
+                 result was recorded. It was not re-run. Check the current state before \
+                 repeating it.",
+                call.name,
+                if finished.is_error {
+                    " (with an error)"
+                } else {
+                    ""
+                }
+            )
+        } else if open {
             records.push(Record::ToolFinished {
                 call_id: call.id.to_string(),
                 is_error: true,

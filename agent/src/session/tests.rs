@@ -52,6 +52,7 @@ fn a_new_session_reloads_to_what_was_written() {
             cache_read: 0,
             cache_write: 0,
         },
+        cost_usd: Some(0.25),
     })
     .unwrap();
     let path = w.path().to_path_buf();
@@ -66,6 +67,7 @@ fn a_new_session_reloads_to_what_was_written() {
     assert_eq!(loaded.state.model, "m1");
     assert_eq!(loaded.state.cwd, "/work/project");
     assert_eq!(loaded.state.usage.output, 4);
+    assert_eq!(loaded.state.cost.known(), Some(0.25));
     assert_eq!(loaded.last_seq, 3);
     assert_eq!(loaded.first_prompt.as_deref(), Some("hello"));
 }
@@ -186,15 +188,29 @@ fn a_file_that_does_not_start_with_session_started_is_refused() {
         "{\"v\":1,\"seq\":1,\"ts_ms\":1,\"type\":\"model_changed\",\"model\":\"x\"}\n",
     )
     .unwrap();
-    assert!(matches!(
-        load(&path).unwrap_err(),
-        SessionError::NotStarted { .. }
-    ));
+    let err = load(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SessionError::NotStarted {
+                line: 1,
+                found: "model_changed",
+                ..
+            }
+        ),
+        "{err}"
+    );
     std::fs::write(&path, "").unwrap();
-    assert!(matches!(
-        load(&path).unwrap_err(),
-        SessionError::NotStarted { .. }
-    ));
+    let err = load(&path).unwrap_err();
+    assert!(matches!(err, SessionError::Empty { .. }), "{err}");
+    // Cut off inside its first record: nothing whole to read, and said so.
+    std::fs::write(&path, "{\"v\":1,\"seq\":1,\"ts_ms\":1,\"type\":\"sess").unwrap();
+    let err = load(&path).unwrap_err();
+    assert!(
+        matches!(err, SessionError::Truncated { bytes: 37, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("line 1"), "{err}");
 }
 
 #[test]
@@ -220,6 +236,82 @@ fn a_session_of_another_directory_is_refused() {
     drop(w);
     let err = SessionWriter::resume(&path, Some(Path::new("/elsewhere")), None).unwrap_err();
     assert!(matches!(err, SessionError::OtherDirectory { .. }), "{err}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    // By id from another directory: refused as that directory's, naming its file.
+    let id = path.file_stem().unwrap().to_str().unwrap();
+    let err = store(dir.path())
+        .find(Path::new("/elsewhere"), id)
+        .unwrap_err();
+    match &err {
+        SessionError::OtherDirectory {
+            path: found,
+            belongs,
+            ..
+        } => assert_eq!((found, belongs.as_str()), (&path, "/work/project")),
+        other => panic!("{other}"),
+    }
+    let err = store(dir.path())
+        .find(Path::new("/elsewhere"), "no-such-id")
+        .unwrap_err();
+    assert!(matches!(err, SessionError::NotFound { .. }), "{err}");
+}
+
+/// `/dev/full` opened for writing: every write fails with ENOSPC, as a full disk's does.
+fn full_disk() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap()
+}
+
+#[test]
+fn a_failed_write_stops_the_writer_so_the_file_stays_a_whole_prefix() {
+    let dir = scratch();
+    let (mut w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let path = w.path().to_path_buf();
+    w.append(&Record::MessageAppended {
+        message: Message::user_text("one"),
+    })
+    .unwrap();
+    let before = std::fs::read(&path).unwrap();
+    w.write_to(full_disk());
+    let err = w
+        .append(&Record::MessageAppended {
+            message: Message::new(Role::Assistant, vec![ContentBlock::text("a long answer")]),
+        })
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&path.display().to_string()) && text.contains("No space left on device"),
+        "{text}"
+    );
+    // The disk has room again; a later, smaller record would fit, and must not land after
+    // the missing one.
+    w.write_to(
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap(),
+    );
+    let err = w
+        .append(&Record::ModelChanged { model: "m2".into() })
+        .unwrap_err();
+    assert!(
+        matches!(&err, SessionError::StoppedWriting { last_seq: 2, first, .. }
+            if first.contains("No space left on device")),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "nothing after the failure"
+    );
+    let loaded = load(&path).unwrap();
+    assert_eq!(loaded.last_seq, 2);
+    assert_eq!(loaded.messages, vec![Message::user_text("one")]);
 }
 
 #[test]
@@ -430,6 +522,7 @@ fn random_record(rng: &mut Rng, state: &SessionState, messages: &[Message], n: u
                         cache_read: rng.below(10),
                         cache_write: 0,
                     },
+                    cost_usd: (rng.below(2) == 0).then(|| rng.below(100) as f64 / 1000.0),
                 };
             }
             _ => {}
@@ -585,6 +678,122 @@ async fn a_call_cut_off_mid_run_resumes_as_unknown_outcome_and_is_not_rerun() {
         1,
         "the cut-off call was not started again"
     );
+}
+
+#[tokio::test]
+async fn a_call_that_finished_without_its_result_resumes_as_result_lost_not_as_unrun() {
+    let dir = scratch();
+    let s = store(dir.path());
+    // What a crash (or a full disk) between a call's finish and its result leaves: c1 ran to
+    // its end, c2 started and never finished.
+    let (mut w, _) = s.create(cwd(), "scripted", None).unwrap();
+    let path = w.path().to_path_buf();
+    let call = |id: &str| ContentBlock::ToolCall {
+        id: id.into(),
+        name: "calculator".into(),
+        arguments: json!({"expression": "1+1"}),
+        meta: None,
+    };
+    for record in [
+        Record::MessageAppended {
+            message: Message::user_text("run them"),
+        },
+        Record::MessageAppended {
+            message: Message::new(Role::Assistant, vec![call("c1"), call("c2")]),
+        },
+        Record::ToolStarted {
+            call_id: "c1".into(),
+            name: "calculator".into(),
+            arguments: json!({"expression": "1+1"}),
+        },
+        Record::ToolFinished {
+            call_id: "c1".into(),
+            is_error: false,
+        },
+        Record::ToolStarted {
+            call_id: "c2".into(),
+            name: "calculator".into(),
+            arguments: json!({"expression": "1+1"}),
+        },
+    ] {
+        w.append(&record).unwrap();
+    }
+    drop(w);
+    let (w, loaded) = SessionWriter::resume(&path, Some(cwd()), None).unwrap();
+    assert_eq!(
+        loaded
+            .state
+            .finished_calls
+            .iter()
+            .map(|c| c.call_id.as_str())
+            .collect::<Vec<_>>(),
+        ["c1"]
+    );
+    let provider = Arc::new(ScriptedProvider::new(vec![]));
+    let a = agent(provider).with_session(w, loaded).unwrap();
+    validate_transcript(a.messages(), Tail::Complete).unwrap();
+    let texts: Vec<&str> = a
+        .messages()
+        .last()
+        .unwrap()
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        texts[0].starts_with("Result lost: this calculator call ran"),
+        "{texts:?}"
+    );
+    assert!(texts[1].starts_with("Unknown outcome"), "{texts:?}");
+    assert!(a.session().finished_calls.is_empty());
+    assert!(a.session().open_calls.is_empty());
+    let reloaded = load(&path).unwrap();
+    assert_eq!(reloaded.messages, a.messages());
+    assert_eq!(&reloaded.state, a.session());
+}
+
+#[tokio::test]
+async fn a_full_disk_ends_the_turn_as_failed_and_sends_nothing_unrecorded() {
+    let dir = scratch();
+    let provider = Arc::new(ScriptedProvider::new(vec![script::text("never asked")]));
+    let (mut w, loaded) = store(dir.path()).create(cwd(), "scripted", None).unwrap();
+    let path = w.path().to_path_buf();
+    let before = std::fs::read(&path).unwrap();
+    w.write_to(full_disk());
+    let mut a = agent(Arc::clone(&provider))
+        .with_session(w, loaded)
+        .unwrap();
+    let outcome = a
+        .run_turn(vec![ContentBlock::text("hello")], CancellationToken::new())
+        .await;
+    let TurnOutcome::Failed { error, retryable } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(!retryable);
+    assert!(
+        error.contains(&path.display().to_string()) && error.contains("No space left on device"),
+        "{error}"
+    );
+    assert!(
+        provider.requests().is_empty(),
+        "no request for a prompt that is not in the session"
+    );
+    // The next turn fails at once, saying why, and still asks nothing.
+    let outcome = a
+        .run_turn(vec![ContentBlock::text("again")], CancellationToken::new())
+        .await;
+    let TurnOutcome::Failed { error, .. } = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(error.contains("not appended to since"), "{error}");
+    assert!(provider.requests().is_empty());
+    drop(a);
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let loaded = load(&path).unwrap();
+    assert_eq!((loaded.last_seq, loaded.messages.len()), (1, 0));
 }
 
 #[tokio::test]

@@ -218,10 +218,11 @@ fn slash_command(
                     let here = session.agent.session_id() == Some(s.id.as_str());
                     let prompt: String = s.first_prompt.chars().take(60).collect();
                     println!(
-                        "{} {}  {:>3} prompts  {}",
+                        "{} {}  {:>3} prompts  {:>9}  {}",
                         if here { "*" } else { " " },
                         s.id,
                         s.turns,
+                        crate::cli::sessions::cost_label(&s.cost),
                         prompt.lines().next().unwrap_or_default()
                     );
                 }
@@ -271,6 +272,7 @@ fn slash_command(
                     model.model.clone(),
                     model.protocol,
                     model.limits.max_output_tokens,
+                    model.pricing,
                 );
                 let mut note = format!("now on {} ({})", model.name, model.model);
                 if handoff.dropped_reasoning > 0 {

@@ -328,6 +328,7 @@ fn agent_for(
         max_tokens: model.limits.max_output_tokens,
         prompt_cache_key: model.prompt_cache_key.then(|| prompt_cache_key(cwd)),
         context_window: Some(model.limits.context_window),
+        pricing: model.pricing,
         ..AgentConfig::default()
     };
     Agent::new(
