@@ -71,6 +71,7 @@ fn keep(protocol: Protocol, steps: Vec<Step>) -> Kept {
                 writer
                     .append(&Record::Usage {
                         usage: completion.usage,
+                        cost_usd: None,
                     })
                     .unwrap();
                 completion.message
