@@ -230,6 +230,9 @@ fn slash_command(
             Err(e) => println!("{}", style.red(&e.to_string())),
         },
         "resume" if arg.is_empty() => println!("{}", style.red("usage: /resume ID")),
+        "resume" if session.agent.session_id() == Some(arg) => {
+            println!("{}", style.dim(&format!("(already in session {arg})")))
+        }
         "resume" => {
             let resumed = setup::session_store()
                 .and_then(|store| setup::session_path(&store, &session.cwd, arg))

@@ -861,3 +861,63 @@ async fn ctrl_c_at_the_approval_prompt_cancels_the_turn_cleanly() {
     tmux.wait_for("Next answer.");
     tmux.send(&["/exit", "Enter"]);
 }
+
+/// `/resume` of the session this REPL is already in is not "in use by another process" (the
+/// lock this process holds itself): it says so and the session goes on in the same file.
+#[tokio::test(flavor = "multi_thread")]
+async fn resuming_the_session_one_is_in_says_so_and_goes_on() {
+    let server = server(vec![text_answer("First."), text_answer("Second.")]).await;
+    let m = machine(&server);
+    let out = m
+        .command()
+        .args(["-p", "one", "--output-format", "json"])
+        .output()
+        .unwrap();
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = result["session_id"].as_str().unwrap().to_string();
+    let mut child = m
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("/resume {id}\n/resume {id}\ntwo\n/exit\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains(&format!("(resumed {id}")), "{stdout}");
+    assert!(
+        stdout.contains(&format!("(already in session {id})")),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("cannot resume"), "{stdout}");
+    assert!(stdout.contains("Second."), "{stdout}");
+    let sessions = m.home.path().join("data/anvil/sessions");
+    let file = walk_for(&sessions, &format!("{id}.jsonl"));
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(
+        text.contains("\"two\""),
+        "the second prompt is in the resumed file:\n{text}"
+    );
+}
+
+fn walk_for(dir: &std::path::Path, name: &str) -> PathBuf {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            let found = walk_for(&path, name);
+            if found.exists() {
+                return found;
+            }
+        } else if path.file_name().is_some_and(|n| n == name) {
+            return path;
+        }
+    }
+    dir.join(name)
+}
