@@ -688,7 +688,15 @@ async fn kept_workspaces_survive_later_runs_until_cleaned() {
 
     sweep("kept", true);
     let recs = records(&s, "kept");
-    let kept = PathBuf::from(recs[0]["session_path"].as_str().unwrap());
+    let kept = PathBuf::from(recs[0]["workspace_path"].as_str().unwrap());
+    // The transcript is apart from the workspace: in the --workspaces directory's sweeps/.
+    assert_eq!(
+        recs[0]["session_path"],
+        workspaces
+            .join("sweeps/kept/t1/good/0.jsonl")
+            .display()
+            .to_string()
+    );
     assert!(kept.join("answer.txt").is_file(), "{}", kept.display());
     assert!(
         kept.parent()
