@@ -27,14 +27,15 @@ pub struct TaskCell {
     pub tampered: u32,
     pub rate: Option<f64>,
     pub wilson: Option<Interval>,
-    /// The cell's trials that have a transcript, by trial number (left out of the JSON when
-    /// there are none).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// The cell's trials that have a transcript, by trial number: for the HTML report's
+    /// links. Not in the JSON report, which stays a summary whatever the sweep's size (the
+    /// records name every transcript).
+    #[serde(skip)]
     pub transcripts: Vec<Transcript>,
 }
 
 /// A trial's transcript (the agent's session file), for reading how it went.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Transcript {
     pub trial: u32,
     /// The attempt the report counts (the transcript is that attempt's).
@@ -45,8 +46,7 @@ pub struct Transcript {
 }
 
 /// How a trial counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TrialResult {
     Passed,
     Failed,

@@ -451,7 +451,6 @@ fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused(
     let r = report(&trials(&format!("{v1}\n")), &[1], None);
     assert_eq!(r.models[0].graded_trials, 1);
     assert!(r.models[0].cells[0].transcripts.is_empty());
-    assert!(!render::json(&r).contains("transcripts"));
     for version in ["3", "0"] {
         let line = v1.replace(
             r#""schema_version":1"#,
@@ -519,11 +518,12 @@ fn cells_link_to_their_trials_transcripts() {
     );
     assert_eq!(cells[0].transcripts[2].attempt, 2);
     assert_eq!(cells[1].transcripts.len(), 1);
-    let json: serde_json::Value = serde_json::from_str(&render::json(&r)).unwrap();
     assert_eq!(
-        json["models"][0]["cells"][0]["transcripts"][2],
-        serde_json::json!({"trial": 2, "attempt": 2, "result": "infra_error", "path": format!("{b}/task-00/alpha/2.attempt-2.jsonl")})
+        cells[0].transcripts[2].result,
+        anvil_report::aggregate::TrialResult::InfraError
     );
+    // The JSON report stays a summary: the records name the transcripts.
+    assert!(!render::json(&r).contains("jsonl"));
 
     // Written into the bundle: links relative to it (and encoded).
     let html = render::html_at(&r, Some(&bundle));
