@@ -2,7 +2,7 @@
 //! `report --sweep`.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -514,9 +514,34 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
 pub async fn export(
     queue: Option<&str>,
     sweep: &str,
-    output: Option<&PathBuf>,
+    output: Option<&Path>,
+    with_sessions: Option<&Path>,
 ) -> Result<ExitCode> {
     let records = sweep_records(queue, sweep).await?;
+    if let Some(dir) = with_sessions {
+        let done = crate::bundle::bundle(sweep, &records, dir, output)?;
+        for missing in &done.missing {
+            eprintln!("anvil-evals: transcript not on this machine: {missing}");
+        }
+        let mut line = format!(
+            "wrote {} trial records to {}; {} transcripts copied into {}",
+            done.records,
+            done.records_path.display(),
+            done.copied,
+            dir.display()
+        );
+        if done.already_there > 0 {
+            line.push_str(&format!(", {} already there", done.already_there));
+        }
+        if !done.missing.is_empty() {
+            line.push_str(&format!(
+                "; {} not on this machine (their records keep the original path)",
+                done.missing.len()
+            ));
+        }
+        eprintln!("{line}");
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut text = records.join("\n");
     if !text.is_empty() {
         text.push('\n');
