@@ -39,12 +39,14 @@ pub fn artifacts(root: &Path, sweep: &str) -> PathBuf {
     root.join(component(sweep))
 }
 
+/// The directory of (`task`, `model`)'s transcripts.
+pub fn dir(artifacts: &Path, task: &str, model: &str) -> PathBuf {
+    artifacts.join(component(task)).join(component(model))
+}
+
 /// The transcript of `attempt` of trial `trial` of (`task`, `model`).
 pub fn transcript(artifacts: &Path, task: &str, model: &str, trial: u32, attempt: u32) -> PathBuf {
-    artifacts
-        .join(component(task))
-        .join(component(model))
-        .join(file_name(trial, attempt))
+    dir(artifacts, task, model).join(file_name(trial, attempt))
 }
 
 /// `<trial>.jsonl` for the first attempt, `<trial>.attempt-<n>.jsonl` for a later one.

@@ -528,14 +528,12 @@ impl AgentTrials {
             .ok_or_else(|| TrialError::NoArtifacts {
                 sweep: job.sweep.clone(),
             })?;
-        let dir = transcripts::transcript(&artifacts, &job.task, &job.model, job.trial, 1);
-        if let Some(dir) = dir.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| TrialError::Artifacts {
-                dir: dir.to_path_buf(),
-                host: crate::jobs::worker::host_name(),
-                source,
-            })?;
-        }
+        let dir = transcripts::dir(&artifacts, &job.task, &job.model);
+        std::fs::create_dir_all(&dir).map_err(|source| TrialError::Artifacts {
+            dir,
+            host: crate::jobs::worker::host_name(),
+            source,
+        })?;
         Ok(artifacts)
     }
 
@@ -548,10 +546,8 @@ impl AgentTrials {
         let path = if latest {
             transcripts::latest(artifacts, &job.task, &job.model, job.trial, attempt)?
         } else {
-            Some(transcripts::transcript(
-                artifacts, &job.task, &job.model, job.trial, attempt,
-            ))
-            .filter(|p| p.is_file())?
+            let own = transcripts::transcript(artifacts, &job.task, &job.model, job.trial, attempt);
+            own.is_file().then_some(own)?
         };
         Some(path.display().to_string())
     }
