@@ -31,7 +31,7 @@ use std::process::ExitCode;
 
 use anvil_grader::{GradeOptions, Task, Verdict, find_tasks, grade};
 use anvil_report::render;
-use anvil_report::{Trials, report};
+use anvil_report::{ReadOptions, Trials, report};
 use anvil_runner::jobs::validate::validate;
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -174,8 +174,8 @@ enum Command {
     },
 }
 
-fn read_trials(path: &Path) -> Result<Trials, String> {
-    Trials::read_file(path).map_err(|e| e.to_string())
+fn read_trials(path: &Path, options: ReadOptions) -> Result<Trials, String> {
+    Trials::read_file_with(path, options).map_err(|e| e.to_string())
 }
 
 fn main() -> ExitCode {
@@ -358,13 +358,17 @@ fn main() -> ExitCode {
             format,
             output,
         } => {
+            // Only the HTML links transcripts: other formats do not keep their paths.
+            let options = ReadOptions {
+                transcripts: matches!(format, Format::Html),
+            };
             let current = match (results, sweep) {
-                (Some(results), _) => read_trials(&results),
+                (Some(results), _) => read_trials(&results, options),
                 (None, Some(sweep)) => rt
                     .block_on(sweeps::sweep_records(queue.as_deref(), &sweep))
                     .map_err(|e| format!("{e:#}"))
                     .and_then(|records| {
-                        Trials::read(records.join("\n").as_bytes(), &sweep)
+                        Trials::read_with(records.join("\n").as_bytes(), &sweep, options)
                             .map_err(|e| e.to_string())
                     }),
                 (None, None) => Err("give a results file or --sweep".to_string()),
@@ -376,7 +380,11 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let base = match baseline.as_deref().map(read_trials).transpose() {
+            let base = match baseline
+                .as_deref()
+                .map(|b| read_trials(b, ReadOptions::default()))
+                .transpose()
+            {
                 Ok(b) => b,
                 Err(e) => {
                     eprintln!("anvil-evals: baseline: {e}");

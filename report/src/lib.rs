@@ -27,6 +27,7 @@ pub mod summary;
 pub mod trials;
 
 pub use metric::Metric;
+pub use read::ReadOptions;
 pub use record::{SCHEMA_VERSION, TrialRecord};
 pub use summary::{Report, report};
 pub use trials::Trials;

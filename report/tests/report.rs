@@ -5,7 +5,7 @@
 
 use anvil_report::compare::Verdict;
 use anvil_report::record::{Accounting, CheckOutcome, Digests, TamperFinding, Tokens};
-use anvil_report::{Metric, SCHEMA_VERSION, TrialRecord, Trials, render, report};
+use anvil_report::{Metric, ReadOptions, SCHEMA_VERSION, TrialRecord, Trials, render, report};
 
 fn record(
     task: &str,
@@ -448,7 +448,12 @@ fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused(
     let r = TrialRecord::parse(&plain, "old.jsonl", 1).unwrap();
     assert_eq!((r.session_path, r.workspace_path), (None, None));
     // The reporter counts it and shows no transcript for it.
-    let r = report(&trials(&format!("{v1}\n")), &[1], None);
+    let with = ReadOptions { transcripts: true };
+    let r = report(
+        &Trials::read_with(format!("{v1}\n").as_bytes(), "old.jsonl", with).unwrap(),
+        &[1],
+        None,
+    );
     assert_eq!(r.models[0].graded_trials, 1);
     assert!(r.models[0].cells[0].transcripts.is_empty());
     for version in ["3", "0"] {
@@ -500,7 +505,8 @@ fn cells_link_to_their_trials_transcripts() {
     }
     let results = bundle.join("records.jsonl");
     std::fs::write(&results, &lines).unwrap();
-    let r = report(&Trials::read_file(&results).unwrap(), &[1], None);
+    let with = ReadOptions { transcripts: true };
+    let r = report(&Trials::read_file_with(&results, with).unwrap(), &[1], None);
     let cells = &r.models[0].cells;
     let paths: Vec<(u32, &str)> = cells[0]
         .transcripts
@@ -550,9 +556,17 @@ fn cells_link_to_their_trials_transcripts() {
         "{html}"
     );
     // Read from a stream, a relative path stays as it is.
-    let r = report(&trials(&lines), &[1], None);
+    let r = report(
+        &Trials::read_with(lines.as_bytes(), "r.jsonl", with).unwrap(),
+        &[1],
+        None,
+    );
     assert_eq!(
         r.models[0].cells[0].transcripts[0].path,
         "task-00/alpha/0.jsonl"
     );
+    // Not asked for, no transcript is kept (nor linked).
+    let r = report(&Trials::read_file(&results).unwrap(), &[1], None);
+    assert!(r.models[0].cells.iter().all(|c| c.transcripts.is_empty()));
+    assert!(!render::html(&r).contains("Transcripts"));
 }
