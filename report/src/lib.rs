@@ -11,6 +11,8 @@ pub mod compare;
 pub mod estimators;
 /// Wilson, clustered and bootstrap intervals.
 pub mod intervals;
+/// Links to files beside a report: relative paths and hrefs.
+pub mod links;
 /// The metrics a report shows (pass@k, pass^k).
 pub mod metric;
 /// Reading results files (`Trials::read`, `Trials::read_file`).
@@ -25,6 +27,7 @@ pub mod summary;
 pub mod trials;
 
 pub use metric::Metric;
+pub use read::ReadOptions;
 pub use record::{SCHEMA_VERSION, TrialRecord};
 pub use summary::{Report, report};
 pub use trials::Trials;

@@ -3,6 +3,9 @@
 //! A malformed line is an error naming its line number; blank lines are skipped. A file is read
 //! in blocks by one reader per core, each on its own part of the file (split at line starts);
 //! line numbers in errors stay those of the whole file.
+//!
+//! Transcript paths are kept only when asked for ([`ReadOptions::transcripts`], for the HTML
+//! report's links): one path per trial doubles the memory a million-trial file needs.
 
 use std::fs::File;
 use std::io::BufRead;
@@ -17,14 +20,23 @@ const MAX_READERS: usize = 8;
 /// Bytes a reader reads at a time.
 const BLOCK: usize = 8 << 20;
 
+/// What to keep of each record beyond what every report needs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Each trial's transcript path (`session_path`), for the HTML report's links.
+    pub transcripts: bool,
+}
+
 /// What one reader produced from its part of the input, with its own name ids.
 #[derive(Default)]
 struct Part {
+    options: ReadOptions,
     sweeps: Names,
     tasks: Names,
     models: Names,
     rows: Vec<Row>,
     details: Vec<Detail>,
+    sessions: Vec<String>,
     /// Lines read (blank ones included), to number the next part's lines.
     lines: usize,
 }
@@ -61,6 +73,13 @@ impl Part {
                 self.details.push(d);
                 (self.details.len() - 1) as u32
             });
+            let session = r
+                .transcript()
+                .filter(|_| self.options.transcripts)
+                .map(|path| {
+                    self.sessions.push(path.to_string());
+                    (self.sessions.len() - 1) as u32
+                });
             self.rows.push(Row {
                 key,
                 attempt: r.attempt,
@@ -71,6 +90,7 @@ impl Part {
                 duration_ms: r.duration_ms,
                 line: number,
                 detail,
+                session,
             });
         }
         Ok(())
@@ -79,20 +99,38 @@ impl Part {
 
 impl Trials {
     /// Reads JSONL from `reader`; `source_name` names it in errors and notes.
-    pub fn read(mut reader: impl BufRead, source_name: &str) -> Result<Trials, RecordError> {
+    pub fn read(reader: impl BufRead, source_name: &str) -> Result<Trials, RecordError> {
+        Self::read_with(reader, source_name, ReadOptions::default())
+    }
+
+    /// [`Trials::read`], keeping what `options` asks for.
+    pub fn read_with(
+        mut reader: impl BufRead,
+        source_name: &str,
+        options: ReadOptions,
+    ) -> Result<Trials, RecordError> {
         let mut text = String::new();
         reader.read_to_string(&mut text).map_err(|e| RecordError {
             source_name: source_name.to_string(),
             line: 1,
             reason: format!("cannot read: {e}"),
         })?;
-        let mut part = Part::default();
+        let mut part = Part {
+            options,
+            ..Part::default()
+        };
         part.parse(&text, source_name, 1)?;
         from_parts(source_name, [part])
     }
 
     /// Reads a JSONL file with one reader per core, each on its own part of the file.
     pub fn read_file(path: &Path) -> Result<Trials, RecordError> {
+        Self::read_file_with(path, ReadOptions::default())
+    }
+
+    /// [`Trials::read_file`], keeping what `options` asks for. A relative transcript path is
+    /// relative to the file's directory, and kept resolved against it.
+    pub fn read_file_with(path: &Path, options: ReadOptions) -> Result<Trials, RecordError> {
         let source_name = path.display().to_string();
         let fail = |reason: String| RecordError {
             source_name: source_name.clone(),
@@ -109,7 +147,7 @@ impl Trials {
                 .windows(2)
                 .map(|w| {
                     let (start, end, file, name) = (w[0], w[1], &file, source_name.as_str());
-                    scope.spawn(move || read_part(file, start, end, name))
+                    scope.spawn(move || read_part(file, start, end, name, options))
                 })
                 .collect();
             handles
@@ -135,7 +173,19 @@ impl Trials {
                 }
             }
         }
-        from_parts(&source_name, parts)
+        let mut trials = from_parts(&source_name, parts)?;
+        // A relative transcript path is relative to the results file's directory.
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        for session in &mut trials.sessions {
+            if Path::new(session.as_str()).is_relative() {
+                *session = dir.join(session.as_str()).display().to_string();
+            }
+        }
+        Ok(trials)
     }
 }
 
@@ -166,6 +216,8 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
     let models = remap(&mut trials.models, &part.models);
     let details_before = trials.details.len() as u32;
     trials.details.extend(part.details);
+    let sessions_before = trials.sessions.len() as u32;
+    trials.sessions.extend(part.sessions);
     trials.rows.extend(part.rows.into_iter().map(|r| Row {
         key: TrialKey {
             sweep: sweeps[r.key.sweep as usize],
@@ -175,6 +227,7 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
         },
         line: r.line + lines_before,
         detail: r.detail.map(|d| d + details_before),
+        session: r.session.map(|s| s + sessions_before),
         ..r
     }));
 }
@@ -208,8 +261,17 @@ fn part_bounds(file: &File, readers: usize) -> std::io::Result<Vec<u64>> {
 
 /// Reads `[start, end)` of `file` (both at line starts) in blocks and parses it. An error's
 /// line is numbered within the part.
-fn read_part(file: &File, start: u64, end: u64, source_name: &str) -> Result<Part, RecordError> {
-    let mut part = Part::default();
+fn read_part(
+    file: &File,
+    start: u64,
+    end: u64,
+    source_name: &str,
+    options: ReadOptions,
+) -> Result<Part, RecordError> {
+    let mut part = Part {
+        options,
+        ..Part::default()
+    };
     let mut buf: Vec<u8> = Vec::with_capacity(BLOCK + 4096);
     let mut carry: Vec<u8> = Vec::new();
     let mut pos = start;
