@@ -1,6 +1,6 @@
 //! `anvil-evals report` over 1,000,000 synthetic trial records (1,000 tasks × 4 models × 250
-//! trials, with full digests, as a real sweep writes them): median wall time and peak RSS of
-//! the whole process.
+//! trials, with full digests and transcript paths, as a real sweep writes them): median wall
+//! time and peak RSS of the whole process.
 //!
 //! Run: `cargo bench -p anvil-evals`.
 
@@ -38,7 +38,7 @@ fn main() {
                 let pass = (r % 100) < skill as u64;
                 writeln!(
                     out,
-                    r#"{{"schema_version":1,"sweep":"nightly-2026-11-30","task":"task-{task:04}","model":"{model}","trial":{trial},"attempt":1,"pass":{},"outcome":{},"infra_error":{},"steps":{},"tokens":{{"input":{},"output":{},"cache_read":{},"cache_write":0}},"cost_usd":{},"accounting":"{}","duration_ms":{},"session_path":"/data/sessions/{task}-{trial}.jsonl","digests":{{"task":"{digest}","repo":"{digest}","grader":"{digest}","dependencies":"{digest}","model_config":"{digest}"}},"anvil_git_sha":"0123456789abcdef0123456789abcdef01234567"}}"#,
+                    r#"{{"schema_version":2,"sweep":"nightly-2026-11-30","task":"task-{task:04}","model":"{model}","trial":{trial},"attempt":1,"pass":{},"outcome":{},"infra_error":{},"steps":{},"tokens":{{"input":{},"output":{},"cache_read":{},"cache_write":0}},"cost_usd":{},"accounting":"{}","duration_ms":{},"session_path":"/data/anvil/sweeps/nightly-2026-11-30/task-{task:04}/{model}/{trial}.jsonl","workspace_path":null,"digests":{{"task":"{digest}","repo":"{digest}","grader":"{digest}","dependencies":"{digest}","model_config":"{digest}"}},"anvil_git_sha":"0123456789abcdef0123456789abcdef01234567"}}"#,
                     if infra { "null".to_string() } else { pass.to_string() },
                     if infra { "null" } else { "\"done\"" },
                     if infra { "\"provider unreachable after 5 attempts\"" } else { "null" },

@@ -22,6 +22,7 @@ macro_rules! out_raw {
     }};
 }
 
+mod bundle;
 mod sweeps;
 mod workspaces;
 
@@ -41,11 +42,13 @@ Examples:
   anvil-evals worker --queue postgres://evals@db/anvil --concurrency 4     # on each machine
   anvil-evals status --sweep sweep-20261130-120000-ab12
   anvil-evals export --sweep sweep-20261130-120000-ab12 -o results.jsonl
+  anvil-evals export --sweep sweep-20261130-120000-ab12 --with-sessions bundle/   # + transcripts
   anvil-evals report --sweep sweep-20261130-120000-ab12 --baseline last-week.jsonl
   anvil-evals validate --tasks 'evals/tasks/*'
   anvil-evals grade --task evals/tasks/py-fix-median --workspace /tmp/trial-3/workspace --json
   anvil-evals report results.jsonl -k 1,3,5
-  anvil-evals report results.jsonl --baseline last-week.jsonl --format html > report.html
+  anvil-evals report results.jsonl --baseline last-week.jsonl --format html -o report.html
+  anvil-evals report bundle/records.jsonl --format html -o bundle/report.html
   anvil-evals workspaces list --workspaces /dev/shm/anvil-trials    # kept by --keep-workspaces
 
 The queue defaults to a SQLite file (anvil.db in the data dir); give --queue postgres://… to
@@ -86,15 +89,25 @@ enum Command {
         #[arg(long)]
         sweep: Option<String>,
     },
-    /// Write a sweep's trial records (JSONL, what `report` reads).
+    /// Write a sweep's trial records (JSONL, what `report` reads), with --with-sessions
+    /// together with their transcripts.
     Export {
         #[arg(long)]
         queue: Option<String>,
         #[arg(long)]
         sweep: String,
-        /// The file to write (default: standard output).
+        /// The file to write (default: standard output; DIR/records.jsonl with
+        /// --with-sessions).
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Copy each trial's transcript into DIR as <task>/<model>/<file>, and write the records
+        /// with session_path relative to the records file. A transcript that is not on this
+        /// machine (a worker elsewhere ran the trial) is named on stderr and its record keeps
+        /// its original path; the export still exits 0, with the count. One already in DIR
+        /// (exported there on the machine that has it) is used: export into the same DIR on
+        /// each machine to collect them all.
+        #[arg(long, value_name = "DIR")]
+        with_sessions: Option<PathBuf>,
     },
     /// Cancel a sweep: queued trials are skipped, running ones killed.
     Cancel {
@@ -154,6 +167,10 @@ enum Command {
         k: Vec<u32>,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
+        /// Write the report to this file (default: standard output). An HTML report written
+        /// to a file links the transcripts relative to it.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
     },
 }
 
@@ -190,7 +207,13 @@ fn main() -> ExitCode {
             queue,
             sweep,
             output,
-        } => sweep_command(rt.block_on(sweeps::export(queue.as_deref(), &sweep, output.as_ref()))),
+            with_sessions,
+        } => sweep_command(rt.block_on(sweeps::export(
+            queue.as_deref(),
+            &sweep,
+            output.as_deref(),
+            with_sessions.as_deref(),
+        ))),
         Command::Cancel { queue, sweep } => {
             sweep_command(rt.block_on(sweeps::cancel(queue.as_deref(), &sweep)))
         }
@@ -333,6 +356,7 @@ fn main() -> ExitCode {
             baseline,
             k,
             format,
+            output,
         } => {
             let current = match (results, sweep) {
                 (Some(results), _) => read_trials(&results),
@@ -366,14 +390,30 @@ fn main() -> ExitCode {
                     eprintln!("anvil-evals: note: {note}");
                 }
             }
-            let text = match format {
+            // Written to a file, the HTML links transcripts relative to the file's directory.
+            let out_dir = output.as_deref().map(|path| {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+            });
+            let mut text = match format {
                 Format::Table => render::table(&r),
                 Format::Json => render::json(&r),
-                Format::Html => render::html(&r),
+                Format::Html => render::html_at(&r, out_dir.as_deref()),
             };
-            out_raw!("{text}");
             if !text.ends_with('\n') {
-                out!();
+                text.push('\n');
+            }
+            match &output {
+                Some(path) => {
+                    if let Err(e) = std::fs::write(path, &text) {
+                        eprintln!("anvil-evals: cannot write {}: {e}", path.display());
+                        return ExitCode::from(2);
+                    }
+                }
+                None => out_raw!("{text}"),
             }
             ExitCode::SUCCESS
         }

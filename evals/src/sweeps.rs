@@ -2,7 +2,7 @@
 //! `report --sweep`.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use anvil_runner::jobs::queue::{
     CHECK_TIMEOUT, Counts, Db, DbWatch, QueueLocation, TrialState, now_ms,
 };
 use anvil_runner::jobs::sweep::{self, SweepSpec};
+use anvil_runner::jobs::transcripts;
 use anvil_runner::jobs::trial::{AgentTrials, TrialOptions};
 use anvil_runner::jobs::worker::{self, WorkerOptions};
 use anyhow::{Context, Result, anyhow, bail};
@@ -23,12 +24,13 @@ pub struct WorkerArgs {
     /// Trials run at once by this process.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub concurrency: u32,
-    /// Keep each trial's workspace (its path is recorded as the record's session_path) until
+    /// Keep each trial's workspace (its path is recorded as the record's workspace_path) until
     /// you remove it: see `anvil-evals workspaces`.
     #[arg(long)]
     pub keep_workspaces: bool,
-    /// Where workspaces are made (default: the system temp dir).
-    #[arg(long)]
+    /// Where workspaces are made (default: the system temp dir). A sweep started with it keeps
+    /// its transcripts in DIR/sweeps/<sweep>/ instead of the data dir's anvil/sweeps/<sweep>/.
+    #[arg(long, value_name = "DIR")]
     pub workspaces: Option<PathBuf>,
     /// The anvil binary to run trials with (default: beside anvil-evals, else on PATH).
     #[arg(long)]
@@ -112,6 +114,7 @@ impl WorkerArgs {
             },
             env: std::env::vars().collect(),
             slack: Duration::from_secs(120),
+            artifacts_root: transcripts::root(self.workspaces.as_deref()),
         }
     }
 }
@@ -233,7 +236,7 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // Everything is validated before anything is enqueued.
     let models = pin_models(&args.models, !args.detach)?;
-    let spec = SweepSpec::plan(&args.tasks, models, args.trials, args.max_attempts)?;
+    let mut spec = SweepSpec::plan(&args.tasks, models, args.trials, args.max_attempts)?;
     let trial_options = args
         .worker
         .trial_options(&QueueLocation::from_option(args.queue.as_deref())?);
@@ -243,7 +246,17 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let (db, location) = open(args.queue.as_deref(), args.worker.concurrency + 4).await?;
     let id = args.sweep.clone().unwrap_or_else(sweep::new_sweep_id);
+    // The transcripts' directory is decided here, once, and recorded with the sweep: every
+    // worker writes there (a resumed sweep keeps the one it was started with).
+    let root = transcripts::root(args.worker.workspaces.as_deref()).ok_or_else(|| {
+        anyhow!("no data directory to keep the sweep's transcripts in (is HOME set?); pass --workspaces DIR")
+    })?;
+    spec.artifacts = Some(transcripts::artifacts(&root, &id));
     let started = sweep::start(&db, &id, &spec).await?;
+    let artifacts = match db.sweep(&id).await? {
+        Some(row) => SweepSpec::from_row(&row)?.artifacts,
+        None => None,
+    };
     eprintln!(
         "{} sweep {id}: {} tasks × {} models × {} trials = {} trials, {} to run (queue: {location})",
         if started.resumed {
@@ -257,6 +270,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         started.trials,
         started.unfinished,
     );
+    if let Some(dir) = &artifacts {
+        eprintln!("transcripts: {}", dir.display());
+    }
     if args.detach {
         let queue_flag = args
             .queue
@@ -498,9 +514,34 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
 pub async fn export(
     queue: Option<&str>,
     sweep: &str,
-    output: Option<&PathBuf>,
+    output: Option<&Path>,
+    with_sessions: Option<&Path>,
 ) -> Result<ExitCode> {
     let records = sweep_records(queue, sweep).await?;
+    if let Some(dir) = with_sessions {
+        let done = crate::bundle::bundle(sweep, &records, dir, output)?;
+        for missing in &done.missing {
+            eprintln!("anvil-evals: transcript not on this machine: {missing}");
+        }
+        let mut line = format!(
+            "wrote {} trial records to {}; {} transcripts copied into {}",
+            done.records,
+            done.records_path.display(),
+            done.copied,
+            dir.display()
+        );
+        if done.already_there > 0 {
+            line.push_str(&format!(", {} already there", done.already_there));
+        }
+        if !done.missing.is_empty() {
+            line.push_str(&format!(
+                "; {} not on this machine (their records keep the original path)",
+                done.missing.len()
+            ));
+        }
+        eprintln!("{line}");
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut text = records.join("\n");
     if !text.is_empty() {
         text.push('\n');

@@ -27,6 +27,31 @@ pub struct TaskCell {
     pub tampered: u32,
     pub rate: Option<f64>,
     pub wilson: Option<Interval>,
+    /// The cell's trials that have a transcript, by trial number: for the HTML report's
+    /// links. Not in the JSON report, which stays a summary whatever the sweep's size (the
+    /// records name every transcript).
+    #[serde(skip)]
+    pub transcripts: Vec<Transcript>,
+}
+
+/// A trial's transcript (the agent's session file), for reading how it went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transcript {
+    pub trial: u32,
+    /// The attempt the report counts (the transcript is that attempt's).
+    pub attempt: u32,
+    pub result: TrialResult,
+    /// As the record names it; a relative one resolved against the results file's directory.
+    pub path: String,
+}
+
+/// How a trial counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrialResult {
+    Passed,
+    Failed,
+    Tampered,
+    InfraError,
 }
 
 /// One metric for one model: the mean over tasks of the per-task estimate.
@@ -99,6 +124,9 @@ pub(crate) struct ModelStats {
     pub(crate) cost_known: u64,
     pub(crate) cost_unknown: u64,
     pub(crate) durations: Vec<u64>,
+    /// By task id: the trials with a transcript, as (trial, attempt, result, index into
+    /// `Trials::sessions`).
+    pub(crate) transcripts: BTreeMap<u32, Vec<(u32, u32, TrialResult, u32)>>,
 }
 
 /// Counts per model, by model name.
@@ -106,6 +134,20 @@ pub(crate) fn model_stats(trials: &Trials) -> BTreeMap<String, ModelStats> {
     let mut by_model: HashMap<u32, ModelStats> = HashMap::new();
     for r in &trials.rows {
         let s = by_model.entry(r.key.model).or_default();
+        if let Some(session) = r.session {
+            let result = match r.pass {
+                None => TrialResult::InfraError,
+                Some(_) if r.tampered => TrialResult::Tampered,
+                Some(true) => TrialResult::Passed,
+                Some(false) => TrialResult::Failed,
+            };
+            s.transcripts.entry(r.key.task).or_default().push((
+                r.key.trial,
+                r.attempt,
+                result,
+                session,
+            ));
+        }
         let cell = s.per_task.entry(r.key.task).or_default();
         match r.pass {
             None => {
@@ -140,6 +182,24 @@ pub(crate) fn model_stats(trials: &Trials) -> BTreeMap<String, ModelStats> {
 }
 
 impl ModelStats {
+    /// The transcripts of `task`'s trials, by trial number.
+    fn transcripts(&self, task: u32, trials: &Trials) -> Vec<Transcript> {
+        let mut out: Vec<Transcript> = self
+            .transcripts
+            .get(&task)
+            .into_iter()
+            .flatten()
+            .map(|&(trial, attempt, result, session)| Transcript {
+                trial,
+                attempt,
+                result,
+                path: trials.sessions[session as usize].clone(),
+            })
+            .collect();
+        out.sort_by_key(|t| t.trial);
+        out
+    }
+
     /// `metric` per task, by task id; tasks with fewer than k graded trials are left out.
     pub(crate) fn per_task(&self, metric: Metric) -> BTreeMap<u32, f64> {
         self.per_task
@@ -178,6 +238,7 @@ impl ModelStats {
                     tampered,
                     rate: (n > 0).then(|| f64::from(c) / f64::from(n)),
                     wilson: wilson(c.into(), n.into(), Z95),
+                    transcripts: self.transcripts(task, trials),
                 },
             )
             .collect();

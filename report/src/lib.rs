@@ -11,6 +11,8 @@ pub mod compare;
 pub mod estimators;
 /// Wilson, clustered and bootstrap intervals.
 pub mod intervals;
+/// Links to files beside a report: relative paths and hrefs.
+pub mod links;
 /// The metrics a report shows (pass@k, pass^k).
 pub mod metric;
 /// Reading results files (`Trials::read`, `Trials::read_file`).

@@ -25,6 +25,7 @@ struct Part {
     models: Names,
     rows: Vec<Row>,
     details: Vec<Detail>,
+    sessions: Vec<String>,
     /// Lines read (blank ones included), to number the next part's lines.
     lines: usize,
 }
@@ -61,6 +62,10 @@ impl Part {
                 self.details.push(d);
                 (self.details.len() - 1) as u32
             });
+            let session = r.transcript().map(|path| {
+                self.sessions.push(path.to_string());
+                (self.sessions.len() - 1) as u32
+            });
             self.rows.push(Row {
                 key,
                 attempt: r.attempt,
@@ -71,6 +76,7 @@ impl Part {
                 duration_ms: r.duration_ms,
                 line: number,
                 detail,
+                session,
             });
         }
         Ok(())
@@ -135,7 +141,19 @@ impl Trials {
                 }
             }
         }
-        from_parts(&source_name, parts)
+        let mut trials = from_parts(&source_name, parts)?;
+        // A relative transcript path is relative to the results file's directory.
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        for session in &mut trials.sessions {
+            if Path::new(session.as_str()).is_relative() {
+                *session = dir.join(session.as_str()).display().to_string();
+            }
+        }
+        Ok(trials)
     }
 }
 
@@ -166,6 +184,8 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
     let models = remap(&mut trials.models, &part.models);
     let details_before = trials.details.len() as u32;
     trials.details.extend(part.details);
+    let sessions_before = trials.sessions.len() as u32;
+    trials.sessions.extend(part.sessions);
     trials.rows.extend(part.rows.into_iter().map(|r| Row {
         key: TrialKey {
             sweep: sweeps[r.key.sweep as usize],
@@ -175,6 +195,7 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
         },
         line: r.line + lines_before,
         detail: r.detail.map(|d| d + details_before),
+        session: r.session.map(|s| s + sessions_before),
         ..r
     }));
 }

@@ -2,8 +2,8 @@
 //! eval runner, read by the reporter. Defined once, here, and versioned: a reader refuses a
 //! `schema_version` it does not know instead of guessing.
 //!
-//! Version 1 fields (documented in the README):
-//! - `schema_version`: 1
+//! Version 2 fields (documented in the README):
+//! - `schema_version`: 2
 //! - `sweep`, `task`, `model` (the alias), `trial` (0-based), `attempt` (1-based: infra retries)
 //! - `pass`: the verdict, `null` exactly when the trial could not be completed (`infra_error`
 //!   set); a reader refuses a record with both a verdict and an infra error
@@ -14,7 +14,11 @@
 //! - `steps`, `tokens` (`input`, `output`, `cache_read`, `cache_write`)
 //! - `cost_usd` with `accounting`: `reported` / `estimated` / `unknown` (unknown cost is `null`,
 //!   never 0)
-//! - `duration_ms`, `session_path`
+//! - `duration_ms`
+//! - `session_path`: the trial's transcript (the agent's session file, which `anvil replay`
+//!   reads), `null` when none was written; a relative path is relative to the directory of
+//!   the results file holding the record (`anvil-evals export --with-sessions`)
+//! - `workspace_path`: the workspace `--keep-workspaces` kept, else `null`
 //! - `agent_ms`, `check_ms` (optional): the agent's run and the grader's check, within
 //!   `duration_ms`; the rest is the harness (workspace, grading copy, bookkeeping)
 //! - `digests`: `task`, `repo`, `grader`, `dependencies` (sha256, hex), `model_config`
@@ -25,10 +29,17 @@
 //! - `tamper` (optional, default empty): the tamper findings, each `{path, kind, detail}`
 //! - `grader_sandbox` (optional): what confined the check (`bubblewrap+seccomp`, `seatbelt`,
 //!   or `none (--unsandboxed-grading)`)
+//!
+//! Version 1 is still read: it had no `workspace_path`, and its `session_path` was the kept
+//! workspace (trials kept no transcript then), so it is read as `workspace_path` with no
+//! transcript ([`TrialRecord::parse`] upgrades a version 1 line to version 2).
 
 use serde::{Deserialize, Serialize};
 
-pub const SCHEMA_VERSION: u32 = 1;
+/// The version written.
+pub const SCHEMA_VERSION: u32 = 2;
+/// The oldest version still read.
+pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tokens {
@@ -85,7 +96,7 @@ pub struct TamperFinding {
     pub detail: String,
 }
 
-/// One trial (version 1).
+/// One trial (version 2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrialRecord {
     pub schema_version: u32,
@@ -108,7 +119,12 @@ pub struct TrialRecord {
     /// The grader's check process, when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_ms: Option<u64>,
+    /// The trial's transcript (the agent's session file), when one was written.
     pub session_path: Option<String>,
+    /// The workspace `--keep-workspaces` kept (version 2; in version 1 this was
+    /// `session_path`).
+    #[serde(default)]
+    pub workspace_path: Option<String>,
     pub digests: Digests,
     pub anvil_git_sha: String,
     /// How grading ended, when the workspace was graded.
@@ -136,6 +152,47 @@ impl TrialRecord {
             return None;
         }
         self.pass.map(|p| p && !self.tampered())
+    }
+}
+
+impl TrialRecord {
+    /// Reads one whole record of any version this reader knows, as the current version: a
+    /// version 1 record's `session_path` (its kept workspace) becomes `workspace_path`. Errors
+    /// name `source_name` and the line `number`.
+    pub fn parse(line: &str, source_name: &str, number: usize) -> Result<TrialRecord, RecordError> {
+        let err = |reason: String| RecordError {
+            source_name: source_name.to_string(),
+            line: number,
+            reason,
+        };
+        let mut value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| err(format!("not a trial record: {e}")))?;
+        let version = value
+            .get("schema_version")
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| err("not a trial record: no schema_version".into()))?;
+        let version = check_version(version).map_err(err)?;
+        if version == 1
+            && let Some(fields) = value.as_object_mut()
+        {
+            let workspace = fields
+                .insert("session_path".into(), serde_json::Value::Null)
+                .unwrap_or(serde_json::Value::Null);
+            fields.insert("workspace_path".into(), workspace);
+            fields.insert("schema_version".into(), SCHEMA_VERSION.into());
+        }
+        serde_json::from_value(value).map_err(|e| err(format!("not a trial record: {e}")))
+    }
+}
+
+/// `version` if this reader reads it, else why not.
+fn check_version<V: TryInto<u32> + std::fmt::Display + Copy>(version: V) -> Result<u32, String> {
+    match version.try_into() {
+        Ok(v) if (OLDEST_SCHEMA_VERSION..=SCHEMA_VERSION).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "schema_version {version} is not supported (this reporter reads versions \
+             {OLDEST_SCHEMA_VERSION} to {SCHEMA_VERSION})"
+        )),
     }
 }
 
@@ -170,6 +227,10 @@ pub struct RecordView<'a> {
     pub check_outcome: Option<CheckOutcome>,
     #[serde(default)]
     pub tamper: Vec<TamperFinding>,
+    /// The transcript in version 2; in version 1 this field held the kept workspace, which
+    /// the reporter does not need ([`RecordView::transcript`] tells them apart).
+    #[serde(borrow, default)]
+    session_path: Option<std::borrow::Cow<'a, str>>,
     // Present in every record (their values are not needed here): a line without them is
     // not a trial record.
     #[serde(rename = "accounting")]
@@ -181,6 +242,14 @@ pub struct RecordView<'a> {
 }
 
 impl RecordView<'_> {
+    /// The trial's transcript, when the record names one (never a version 1 record's
+    /// `session_path`, which was its kept workspace).
+    pub fn transcript(&self) -> Option<&str> {
+        (self.schema_version >= 2)
+            .then_some(self.session_path.as_deref())
+            .flatten()
+    }
+
     /// The workspace changed test infrastructure: a graded trial whose grading ended
     /// `tampered` or that carries tamper findings. Never counted as a pass.
     pub fn tampered(&self) -> bool {
@@ -202,12 +271,7 @@ pub fn parse_line<'a>(
     };
     let view: RecordView<'a> =
         serde_json::from_str(line).map_err(|e| err(format!("not a trial record: {e}")))?;
-    if view.schema_version != SCHEMA_VERSION {
-        return Err(err(format!(
-            "schema_version {} is not supported (this reporter reads version {SCHEMA_VERSION})",
-            view.schema_version
-        )));
-    }
+    check_version(view.schema_version).map_err(err)?;
     match (view.pass, &view.infra_error) {
         (None, None) => {
             return Err(err("pass is null but infra_error is not set: a trial is either graded or an infrastructure failure".into()));

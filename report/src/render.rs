@@ -1,13 +1,16 @@
 //! Renderers: a terminal table (comfy-table), stable JSON, and one self-contained HTML file
 //! (inline SVG: per-model bars with interval whiskers and a task × model heatmap; no scripts,
-//! no external fonts).
+//! no external fonts), whose per-task cells link to their trials' transcripts.
 
 use std::fmt::Write;
+use std::path::Path;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
+use crate::aggregate::TrialResult;
 use crate::compare::Verdict;
 use crate::intervals::Interval;
+use crate::links::href;
 use crate::summary::Report;
 
 fn pct(v: Option<f64>) -> String {
@@ -213,7 +216,62 @@ fn esc(s: &str) -> String {
 /// Heatmap rows shown in HTML at most (the JSON has every task).
 pub const HTML_TASK_LIMIT: usize = 300;
 
+/// The transcripts table: one row per task (of `tasks`, ids `transcripts-<index>`, which the
+/// heatmap cells link to), one column per model, each cell `passed/graded` and a link to each
+/// of its trials' transcripts. Nothing when no trial has one.
+fn transcripts(h: &mut String, r: &Report, tasks: &[&str], out_dir: Option<&Path>) {
+    let any = r
+        .models
+        .iter()
+        .any(|m| m.cells.iter().any(|c| !c.transcripts.is_empty()));
+    if !any {
+        return;
+    }
+    h.push_str("<h2>Transcripts</h2><p>Each trial's agent session (read it with <code>anvil replay FILE</code>).</p><table><tr><th>task</th>");
+    for m in &r.models {
+        let _ = write!(h, "<th>{}</th>", esc(&m.model));
+    }
+    h.push_str("</tr>");
+    for (i, task) in tasks.iter().enumerate() {
+        let _ = write!(h, "<tr id=\"transcripts-{i}\"><td>{}</td>", esc(task));
+        for m in &r.models {
+            let Some(c) = m.cells.iter().find(|c| c.task == *task) else {
+                h.push_str("<td>—</td>");
+                continue;
+            };
+            let _ = write!(h, "<td class=\"trials\">{}/{}", c.c, c.n);
+            for t in &c.transcripts {
+                let mark = match t.result {
+                    TrialResult::Passed => "✓",
+                    TrialResult::Failed => "✗",
+                    TrialResult::Tampered => "tampered",
+                    TrialResult::InfraError => "infra",
+                };
+                let _ = write!(
+                    h,
+                    " <a href=\"{}\" title=\"trial {} attempt {}\">#{}</a>&nbsp;{mark}",
+                    esc(&href(&t.path, out_dir)),
+                    t.trial,
+                    t.attempt,
+                    t.trial
+                );
+            }
+            h.push_str("</td>");
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</table>");
+}
+
+/// The HTML report, its transcript links as the records name them (see [`html_at`]).
 pub fn html(r: &Report) -> String {
+    html_at(r, None)
+}
+
+/// The HTML report to be written into the directory `out_dir` (absolute): its transcript
+/// links are relative to it, so the report and the transcripts can move together. With
+/// `None`, or for a transcript path that is not absolute, the link is the path as recorded.
+pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
@@ -221,7 +279,7 @@ pub fn html(r: &Report) -> String {
          <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}\
          table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}\
          th{{background:#f4f4f4}}td:first-child,th:first-child{{text-align:left}}\
-         .reg{{color:#b00;font-weight:bold}}.imp{{color:#070}}</style></head><body>\
+         .reg{{color:#b00;font-weight:bold}}.imp{{color:#070}}td.trials{{text-align:left}}</style></head><body>\
          <h1>anvil eval report</h1>"
     );
     // Summary table.
@@ -359,6 +417,11 @@ pub fn html(r: &Report) -> String {
                     // Red (0) to green (1).
                     let red = (220.0 * (1.0 - rate)) as u8;
                     let green = (170.0 * rate) as u8 + 40;
+                    // A cell with transcripts links to its row of the transcripts table.
+                    let linked = !c.transcripts.is_empty();
+                    if linked {
+                        let _ = write!(h, "<a href=\"#transcripts-{i}\">");
+                    }
                     let _ = write!(
                         h,
                         "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"rgb({red},{green},70)\"><title>{} / {}: {}/{}{}</title></rect>",
@@ -372,6 +435,9 @@ pub fn html(r: &Report) -> String {
                             String::new()
                         }
                     );
+                    if linked {
+                        h.push_str("</a>");
+                    }
                 }
                 None => {
                     let _ = write!(
@@ -390,6 +456,7 @@ pub fn html(r: &Report) -> String {
             tasks.len() - shown
         );
     }
+    transcripts(&mut h, r, &tasks[..shown], out_dir);
     if r.infra_errors_total > 0 {
         let _ = write!(
             h,

@@ -38,6 +38,8 @@ pub(crate) struct Row {
     pub(crate) line: usize,
     /// Index into `Trials::details` (infrastructure failures and tampered trials).
     pub(crate) detail: Option<u32>,
+    /// Index into `Trials::sessions`: the trial's transcript, when its record names one.
+    pub(crate) session: Option<u32>,
 }
 
 /// What a report lists about a trial beyond its counts.
@@ -90,6 +92,9 @@ pub struct Trials {
     pub(crate) models: Names,
     pub(crate) rows: Vec<Row>,
     pub(crate) details: Vec<Detail>,
+    /// Transcript paths, as the records name them (relative ones resolved against the
+    /// results file's directory by [`Trials::read_file`]).
+    pub(crate) sessions: Vec<String>,
     notes: Vec<String>,
 }
 

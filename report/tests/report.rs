@@ -38,6 +38,7 @@ fn record(
         agent_ms: None,
         check_ms: None,
         session_path: None,
+        workspace_path: None,
         digests: Digests::default(),
         anvil_git_sha: "abc".into(),
         check_outcome: None,
@@ -120,10 +121,14 @@ fn a_malformed_line_is_reported_with_its_number() {
         "{err}"
     );
     let wrong_version =
-        jsonl("alpha", &[1], None).replacen("\"schema_version\":1", "\"schema_version\":9", 1);
+        jsonl("alpha", &[1], None).replacen("\"schema_version\":2", "\"schema_version\":9", 1);
     let err = Trials::read(wrong_version.as_bytes(), "r.jsonl").unwrap_err();
     assert_eq!(err.line, 1);
-    assert!(err.reason.contains("schema_version 9 is not supported"));
+    assert!(
+        err.reason
+            .contains("schema_version 9 is not supported (this reporter reads versions 1 to 2)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -418,4 +423,136 @@ fn contradictory_records_and_impossible_costs_are_refused() {
     let without = line("true", "0.5", "").replace(r#","anvil_git_sha":"x""#, "");
     let err = read(without).unwrap_err().to_string();
     assert!(err.contains("anvil_git_sha"), "{err}");
+}
+
+/// A version 1 record (written before trials kept transcripts) still reads: its
+/// `session_path` was the kept workspace, so it becomes `workspace_path` and names no
+/// transcript; a version above 2 is refused.
+#[test]
+fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused() {
+    let v1 = r#"{"schema_version":1,"sweep":"s","task":"t","model":"m","trial":0,"attempt":1,"pass":true,"outcome":"done","infra_error":null,"steps":1,"tokens":{"input":1,"output":1,"cache_read":0,"cache_write":0},"cost_usd":0.5,"accounting":"reported","duration_ms":5,"session_path":"/tmp/anvil-trials/kept.t-m-0-a1-x/workspace","digests":{"task":"","repo":"","grader":"","dependencies":"","model_config":""},"anvil_git_sha":"x"}"#;
+    let upgraded = TrialRecord::parse(v1, "old.jsonl", 7).unwrap();
+    assert_eq!(upgraded.schema_version, 2);
+    assert_eq!(upgraded.session_path, None);
+    assert_eq!(
+        upgraded.workspace_path.as_deref(),
+        Some("/tmp/anvil-trials/kept.t-m-0-a1-x/workspace")
+    );
+    assert_eq!((upgraded.pass, upgraded.steps), (Some(true), 1));
+    // Upgraded, it is a version 2 record as any other.
+    let line = serde_json::to_string(&upgraded).unwrap();
+    assert!(line.contains(r#""schema_version":2"#), "{line}");
+    assert_eq!(TrialRecord::parse(&line, "new.jsonl", 1).unwrap(), upgraded);
+    // A v1 null session_path reads too.
+    let plain = v1.replace(r#""/tmp/anvil-trials/kept.t-m-0-a1-x/workspace""#, "null");
+    let r = TrialRecord::parse(&plain, "old.jsonl", 1).unwrap();
+    assert_eq!((r.session_path, r.workspace_path), (None, None));
+    // The reporter counts it and shows no transcript for it.
+    let r = report(&trials(&format!("{v1}\n")), &[1], None);
+    assert_eq!(r.models[0].graded_trials, 1);
+    assert!(r.models[0].cells[0].transcripts.is_empty());
+    for version in ["3", "0"] {
+        let line = v1.replace(
+            r#""schema_version":1"#,
+            &format!(r#""schema_version":{version}"#),
+        );
+        let err = TrialRecord::parse(&line, "new.jsonl", 4).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "new.jsonl:4: schema_version {version} is not supported (this reporter reads versions 1 to 2)"
+            )
+        );
+        let err = Trials::read(line.as_bytes(), "new.jsonl").unwrap_err();
+        assert!(err.to_string().contains("is not supported"), "{err}");
+    }
+}
+
+/// Each per-task cell of the HTML report links to its trials' transcripts: relative to the
+/// report's directory when it knows where it is written, else as the records name them; a
+/// relative path in a results file is relative to that file's directory.
+#[test]
+fn cells_link_to_their_trials_transcripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("bundle");
+    std::fs::create_dir_all(&bundle).unwrap();
+    let mut lines = String::new();
+    for (task, trial, pass, session) in [
+        ("task-00", 0, Some(true), Some("task-00/alpha/0.jsonl")),
+        ("task-00", 1, Some(false), Some("task-00/alpha/1.jsonl")),
+        // An infrastructure failure that left a transcript (its second attempt's).
+        ("task-00", 2, None, Some("task-00/alpha/2.attempt-2.jsonl")),
+        (
+            "task-01",
+            0,
+            Some(true),
+            Some("/elsewhere/s 1/task-01/alpha/0.jsonl"),
+        ),
+        // No transcript (not on the machine that exported).
+        ("task-01", 1, Some(false), None),
+    ] {
+        let mut r = record(task, "alpha", trial, pass, Some(0.01));
+        r.session_path = session.map(str::to_string);
+        if pass.is_none() {
+            r.attempt = 2;
+        }
+        lines.push_str(&line(&r));
+    }
+    let results = bundle.join("records.jsonl");
+    std::fs::write(&results, &lines).unwrap();
+    let r = report(&Trials::read_file(&results).unwrap(), &[1], None);
+    let cells = &r.models[0].cells;
+    let paths: Vec<(u32, &str)> = cells[0]
+        .transcripts
+        .iter()
+        .map(|t| (t.trial, t.path.as_str()))
+        .collect();
+    let b = bundle.display().to_string();
+    assert_eq!(
+        paths,
+        [
+            (0, format!("{b}/task-00/alpha/0.jsonl").as_str()),
+            (1, format!("{b}/task-00/alpha/1.jsonl").as_str()),
+            (2, format!("{b}/task-00/alpha/2.attempt-2.jsonl").as_str()),
+        ]
+    );
+    assert_eq!(cells[0].transcripts[2].attempt, 2);
+    assert_eq!(cells[1].transcripts.len(), 1);
+    assert_eq!(
+        cells[0].transcripts[2].result,
+        anvil_report::aggregate::TrialResult::InfraError
+    );
+    // The JSON report stays a summary: the records name the transcripts.
+    assert!(!render::json(&r).contains("jsonl"));
+
+    // Written into the bundle: links relative to it (and encoded).
+    let html = render::html_at(&r, Some(&bundle));
+    assert!(
+        html.contains(r#"<a href="task-00/alpha/0.jsonl" title="trial 0 attempt 1">#0</a>&nbsp;✓"#),
+        "{html}"
+    );
+    assert!(
+        html.contains(r##"<a href="#transcripts-0"><rect"##),
+        "{html}"
+    );
+    let up = "../".repeat(bundle.components().count() - 1);
+    assert!(
+        html.contains(&format!(
+            r#"href="{up}elsewhere/s%201/task-01/alpha/0.jsonl""#
+        )),
+        "{html}"
+    );
+    insta::assert_snapshot!("transcript_links_html", html.replace(&up, "<UP>/"));
+    // Not knowing where it goes: the paths themselves.
+    let html = render::html(&r);
+    assert!(
+        html.contains(&format!(r#"href="{b}/task-00/alpha/1.jsonl""#)),
+        "{html}"
+    );
+    // Read from a stream, a relative path stays as it is.
+    let r = report(&trials(&lines), &[1], None);
+    assert_eq!(
+        r.models[0].cells[0].transcripts[0].path,
+        "task-00/alpha/0.jsonl"
+    );
 }

@@ -37,6 +37,7 @@ fn record(job: &TrialJob, attempt: u32) -> TrialRecord {
         agent_ms: None,
         check_ms: None,
         session_path: None,
+        workspace_path: None,
         digests: Digests::default(),
         anvil_git_sha: "bench".into(),
         check_outcome: None,

@@ -25,9 +25,13 @@ pub struct TrialConfig {
     /// The model exactly as the sweep pinned it.
     pub model: PinnedModel,
     /// Paths the trial's sandbox must hide from the agent's commands: the task directory
-    /// (solution, grader files, hidden tests), the workspaces root (other trials), the queue's
-    /// data directory.
+    /// (solution, grader files, hidden tests), the workspaces root (other trials), the sweep's
+    /// artifact directory (other trials' transcripts), the queue's data directory.
     pub hidden: Vec<PathBuf>,
+    /// Where the child keeps the trial's session, its transcript: a new file at exactly this
+    /// path (an existing file is refused, never appended to). `None`: no session is kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_path: Option<PathBuf>,
 }
 
 /// A [`TrialConfig`] file that could not be written or read.
@@ -324,6 +328,7 @@ mod tests {
         let config = TrialConfig {
             model,
             hidden: vec!["/tasks/t1".into(), "/tmp/anvil-trials".into()],
+            session_path: Some("/data/anvil/sweeps/s/t1/sonnet/0.jsonl".into()),
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(TrialConfig::FILE_NAME);

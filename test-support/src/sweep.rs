@@ -4,6 +4,7 @@
 //! sweep benchmark.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anvil_llm::testing::anthropic_sse::{self, Usage};
@@ -119,4 +120,40 @@ pub async fn model_server(delay: Duration) -> ScriptedServer {
         answer(body, delay)
     })
     .await
+}
+
+/// A model server for probing a trial from inside: the model's first step runs `probe` with
+/// bash; once it has the tool result it keeps what the command printed (the result's content,
+/// pushed to the returned list, one entry per trial) and stops.
+pub async fn prober(probe: String) -> (ScriptedServer, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = seen.clone();
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |body| {
+        let usage = Usage {
+            input: 40,
+            output: 9,
+        };
+        let result = body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .find(|block| block["type"] == "tool_result");
+        let answer = if let Some(result) = result {
+            // Only what the command printed: the request also repeats the command itself.
+            kept.lock().unwrap().push(result["content"].to_string());
+            anthropic_sse::text("Nothing to find.", usage)
+        } else {
+            anthropic_sse::tool_use(
+                "toolu_probe_1",
+                "bash",
+                &json!({"command": probe}),
+                "tool_use",
+                usage,
+            )
+        };
+        Answer::sse(answer)
+    })
+    .await;
+    (server, seen)
 }

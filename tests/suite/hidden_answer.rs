@@ -6,52 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-
-use anvil_llm::testing::anthropic_sse::{self, Usage};
-use serde_json::{Value, json};
 
 use anvil_test_support::bins;
-use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
 use anvil_test_support::sweep as support;
-
-/// First answer: run `probe` with bash. After the tool result: keep it, and stop.
-struct Prober {
-    probe: String,
-    seen: Arc<Mutex<Vec<String>>>,
-}
-
-impl Prober {
-    fn answer(&self, body: &Value) -> Answer {
-        let usage = Usage {
-            input: 40,
-            output: 9,
-        };
-        let result = body["messages"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-            .find(|block| block["type"] == "tool_result");
-        let answer = if let Some(result) = result {
-            // Only what the command printed: the request also repeats the command itself.
-            self.seen
-                .lock()
-                .unwrap()
-                .push(result["content"].to_string());
-            anthropic_sse::text("Nothing to find.", usage)
-        } else {
-            anthropic_sse::tool_use(
-                "toolu_probe_1",
-                "bash",
-                &json!({"command": self.probe}),
-                "tool_use",
-                usage,
-            )
-        };
-        Answer::sse(answer)
-    }
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_trial_cannot_find_the_answer_from_inside() {
@@ -110,15 +67,7 @@ async fn a_trial_cannot_find_the_answer_from_inside() {
         tasks = tasks.display(),
         checkout = checkout.display(),
     );
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let prober = Prober {
-        probe,
-        seen: seen.clone(),
-    };
-    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |body| {
-        prober.answer(body)
-    })
-    .await;
+    let (server, seen) = support::prober(probe).await;
     let cfg = h.join("cfg/anvil");
     std::fs::create_dir_all(&cfg).unwrap();
     std::fs::write(cfg.join("config.toml"), support::config(&server)).unwrap();
@@ -179,6 +128,109 @@ async fn a_trial_cannot_find_the_answer_from_inside() {
             "LISTED-CHECKOUT",
             "p1.t1-good",
         ] {
+            assert!(!stdout.contains(leak), "the trial saw {leak}: {result}");
+        }
+    }
+}
+
+/// Other trials' transcripts stay hidden too: the sweep's artifact directory holds every trial
+/// of the task, a passing one's among them. Here the sweep is started (`--detach`) with
+/// `--workspaces` inside a directory on PATH, which a trial's sandbox shows, and then run by
+/// `run` with other `--workspaces`: the artifact directory recorded with the sweep is neither
+/// the running worker's workspaces root nor under its data dir, so only hiding the artifact
+/// directory itself keeps it out of sight. Each trial's probe lists it, reads the transcripts
+/// in it and hunts for them with `find /`, through bash, and gets nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trial_cannot_read_the_sweeps_transcripts() {
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let h = home.path();
+    let tasks = h.join("tasks");
+    support::task(&tasks, "t1");
+    let bin = h.join("tools/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let started_with = bin.join("ws");
+    let artifacts = started_with.join("sweeps/peek");
+    let probe = format!(
+        "echo LS-START; ls -R {a}; echo LS-END; cat {a}/t1/good/0.jsonl && echo READ-0; \
+         cat {a}/t1/good/1.jsonl && echo READ-1; echo FIND-START; \
+         find / \\( -name '0.jsonl' -o -name '1.jsonl' \\) -not -path '/proc/*' 2>/dev/null; \
+         echo FIND-END; echo PROBE-DONE",
+        a = artifacts.display()
+    );
+    let (server, seen) = support::prober(probe).await;
+    let cfg = h.join("cfg/anvil");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("config.toml"), support::config(&server)).unwrap();
+    let evals = |args: &[&str], workspaces: &std::path::Path| {
+        let out = Command::new(bins::built("anvil-evals"))
+            .args(args)
+            .arg("--queue")
+            .arg(h.join("data/queue.db"))
+            .arg("--workspaces")
+            .arg(workspaces)
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env("HOME", h)
+            .env("XDG_CONFIG_HOME", h.join("cfg"))
+            .env("XDG_DATA_HOME", h.join("data"))
+            .env("TMPDIR", h)
+            .env("MOCK_API_KEY", "sk-mock-key-123")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), text)
+    };
+    let tasks_arg = tasks.join("*").display().to_string();
+    let sweep = [
+        "run", "--tasks", &tasks_arg, "--models", "good", "--trials", "2", "--sweep", "peek",
+    ];
+    let (code, text) = evals(&[&sweep[..], &["--detach"]].concat(), &started_with);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = evals(&sweep, &h.join("trials"));
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!("transcripts: {}", artifacts.display())),
+        "the sweep keeps the artifact directory it was started with: {text}"
+    );
+    // The transcripts are there, outside the sandbox.
+    for trial in ["0", "1"] {
+        let transcript = artifacts.join(format!("t1/good/{trial}.jsonl"));
+        assert!(transcript.is_file(), "{}", transcript.display());
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "the probe ran once per trial");
+    for result in seen.iter() {
+        assert!(
+            result.contains("LS-START") && result.contains("PROBE-DONE"),
+            "the probe ran to its end: {result}"
+        );
+        let stdout = result.split("stderr:").next().unwrap();
+        let listed = stdout
+            .split("LS-START")
+            .nth(1)
+            .and_then(|s| s.split("LS-END").next())
+            .unwrap();
+        assert!(
+            !listed.contains("jsonl") && !listed.contains("good"),
+            "the trial listed the transcripts: {result}"
+        );
+        assert!(
+            stdout.contains("FIND-START\\nFIND-END"),
+            "find / found a transcript: {result}"
+        );
+        for leak in ["READ-0", "READ-1", "session_started"] {
             assert!(!stdout.contains(leak), "the trial saw {leak}: {result}");
         }
     }

@@ -2,3 +2,4 @@ mod hidden_answer;
 mod lost_queue;
 mod pinned_config;
 mod sweep;
+mod transcripts;

@@ -202,7 +202,7 @@ async fn trials_run_the_pinned_model_whatever_the_project_or_the_worker_config_s
         "the trial left the pinned server"
     );
     assert_eq!(requests(&pinned).await, 2, "write, then answer");
-    let workspace = PathBuf::from(r["session_path"].as_str().unwrap());
+    let workspace = PathBuf::from(r["workspace_path"].as_str().unwrap());
     assert!(
         workspace.join(".anvil/config.toml").is_file(),
         "the project config was in the workspace (and ignored)"
@@ -235,6 +235,20 @@ async fn trials_run_the_pinned_model_whatever_the_project_or_the_worker_config_s
             .iter()
             .any(|p| Path::new(p).ends_with("data/queue.db")),
         "the queue is to be hidden: {hidden:?}"
+    );
+    // The child kept its session as the trial's transcript, in the sweep's artifact
+    // directory, which its commands do not see.
+    assert_eq!(trial_config["session_path"], r["session_path"], "{r}");
+    let transcript = PathBuf::from(r["session_path"].as_str().unwrap());
+    assert!(
+        transcript.ends_with("anvil/sweeps/pin/t1/good/0.jsonl"),
+        "{r}"
+    );
+    assert!(transcript.is_file(), "{}", transcript.display());
+    let artifacts = std::fs::canonicalize(transcript.ancestors().nth(3).unwrap()).unwrap();
+    assert!(
+        hidden.contains(&artifacts.to_str().unwrap()),
+        "the sweep's transcripts are to be hidden: {hidden:?}"
     );
     db.close().await;
 }

@@ -176,6 +176,34 @@ async fn full_sweep_reports_exact_pass_rates(postgres: bool) {
 
     let recs = records(&s, "e2e");
     assert_eq!(recs.len(), 18, "3 tasks × 2 models × 3 trials");
+    // Every trial kept its transcript in the sweep's artifact directory: the agent's loader
+    // reads it and `anvil replay` prints it.
+    let artifacts = s.home.path().join("data/anvil/sweeps/e2e");
+    for r in &recs {
+        let path = PathBuf::from(r["session_path"].as_str().unwrap_or_else(|| panic!("{r}")));
+        assert_eq!(
+            path,
+            artifacts.join(format!(
+                "{}/{}/{}.jsonl",
+                r["task"].as_str().unwrap(),
+                r["model"].as_str().unwrap(),
+                r["trial"]
+            )),
+            "{r}"
+        );
+        assert!(r["workspace_path"].is_null(), "{r}");
+        let loaded = super::transcripts::assert_readable(s.home.path(), &path);
+        let answer = if r["model"] == "good" {
+            "I wrote answer.txt."
+        } else {
+            "I cannot work out the answer."
+        };
+        assert_eq!(
+            loaded.messages.last().map(|m| m.text()).as_deref(),
+            Some(answer),
+            "{r}"
+        );
+    }
     for r in &recs {
         let expected = r["model"] == "good";
         assert_eq!(r["pass"], json!(expected), "{r}");
@@ -633,6 +661,25 @@ async fn hung_trials_are_ended(postgres: bool) {
             r["infra_error"].as_str().unwrap().contains("time budget"),
             "{r}"
         );
+        // Each attempt whose agent got going kept its own transcript (a retry never writes
+        // over the one before), cut off where the trial was ended; the record names the
+        // newest. (An agent that did not even start within the 2 s budget wrote none.)
+        let dir = s
+            .home
+            .path()
+            .join("data/anvil/sweeps/hang/t1")
+            .join(r["model"].as_str().unwrap());
+        let attempts = [dir.join("0.attempt-2.jsonl"), dir.join("0.jsonl")];
+        let newest = attempts.iter().find(|p| p.is_file());
+        assert_eq!(
+            r["session_path"].as_str(),
+            newest.map(|p| p.to_str().unwrap()),
+            "{r}"
+        );
+        for attempt in attempts.iter().filter(|p| p.is_file()) {
+            let loaded = super::transcripts::assert_readable(s.home.path(), attempt);
+            assert_eq!(loaded.messages.len(), 1, "only the prompt: {loaded:?}");
+        }
     }
     wait_for("the agents to be gone", Duration::from_secs(10), || async {
         agents_running_under(s.home.path()) == 0
@@ -688,7 +735,15 @@ async fn kept_workspaces_survive_later_runs_until_cleaned() {
 
     sweep("kept", true);
     let recs = records(&s, "kept");
-    let kept = PathBuf::from(recs[0]["session_path"].as_str().unwrap());
+    let kept = PathBuf::from(recs[0]["workspace_path"].as_str().unwrap());
+    // The transcript is apart from the workspace: in the --workspaces directory's sweeps/.
+    assert_eq!(
+        recs[0]["session_path"],
+        workspaces
+            .join("sweeps/kept/t1/good/0.jsonl")
+            .display()
+            .to_string()
+    );
     assert!(kept.join("answer.txt").is_file(), "{}", kept.display());
     assert!(
         kept.parent()

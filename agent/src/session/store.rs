@@ -97,6 +97,8 @@ pub enum SessionError {
     },
     #[error("no session {id} in {dir}")]
     NotFound { id: String, dir: PathBuf },
+    #[error("session file {path} already exists; a new session is never written over one")]
+    Exists { path: PathBuf },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SessionError + '_ {
@@ -168,58 +170,16 @@ impl SessionStore {
         self.dir_for(cwd).join(format!("{id}.jsonl"))
     }
 
-    /// Starts a new session of `cwd` on `model`.
+    /// Starts a new session of `cwd` on `model`, in a new file of `cwd`'s directory.
     pub fn create(
         &self,
         cwd: &Path,
         model: &str,
         redactor: Option<Arc<Redactor>>,
     ) -> Result<(SessionWriter, LoadedSession), SessionError> {
-        let dir = self.dir_for(cwd);
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let id = new_id();
-        let path = dir.join(format!("{id}.jsonl"));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)
-            .map_err(io(&path))?;
-        lock(&file, &path)?;
-        let mut writer = SessionWriter {
-            file,
-            path,
-            id: id.clone(),
-            next_seq: 1,
-            len: 0,
-            redactor,
-            failed: None,
-        };
-        let started = Record::SessionStarted {
-            id,
-            cwd: cwd.to_string_lossy().into_owned(),
-            model: model.to_string(),
-            anvil_version: env!("CARGO_PKG_VERSION").to_string(),
-        };
-        writer.append(&started)?;
-        let mut loaded = LoadedSession {
-            path: writer.path.clone(),
-            state: SessionState::default(),
-            messages: Vec::new(),
-            last_seq: 1,
-            records: 1,
-            valid_len: writer.len,
-            torn_bytes: 0,
-            prompts: 0,
-            first_prompt: None,
-        };
-        if let Err(source) = loaded.state.apply(&mut loaded.messages, started) {
-            return Err(SessionError::Reduce {
-                path: writer.path.clone(),
-                line: 1,
-                source,
-            });
-        }
-        Ok((writer, loaded))
+        let path = self.dir_for(cwd).join(format!("{id}.jsonl"));
+        SessionWriter::create_with_id(&path, id, cwd, model, redactor)
     }
 
     /// The path of session `id` of `cwd`, if it exists. A session `id` of another directory
@@ -377,6 +337,76 @@ pub struct SessionWriter {
 }
 
 impl SessionWriter {
+    /// Starts a new session of `cwd` on `model` in the file at exactly `path` (an eval trial's
+    /// transcript, where the worker says). The file must not exist: an existing one is refused
+    /// and left as it is, never appended to or overwritten. Its parent directories are made.
+    /// The session gets a fresh id, as any session does; it is not the file's name.
+    pub fn create_at(
+        path: &Path,
+        cwd: &Path,
+        model: &str,
+        redactor: Option<Arc<Redactor>>,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        SessionWriter::create_with_id(path, new_id(), cwd, model, redactor)
+    }
+
+    fn create_with_id(
+        path: &Path,
+        id: String,
+        cwd: &Path,
+        model: &str,
+        redactor: Option<Arc<Redactor>>,
+    ) -> Result<(SessionWriter, LoadedSession), SessionError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+        let file = match OpenOptions::new().create_new(true).append(true).open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(SessionError::Exists {
+                    path: path.to_path_buf(),
+                });
+            }
+            Err(e) => return Err(io(path)(e)),
+        };
+        lock(&file, path)?;
+        let mut writer = SessionWriter {
+            file,
+            path: path.to_path_buf(),
+            id: id.clone(),
+            next_seq: 1,
+            len: 0,
+            redactor,
+            failed: None,
+        };
+        let started = Record::SessionStarted {
+            id,
+            cwd: cwd.to_string_lossy().into_owned(),
+            model: model.to_string(),
+            anvil_version: env!("CARGO_PKG_VERSION").to_string(),
+        };
+        writer.append(&started)?;
+        let mut loaded = LoadedSession {
+            path: writer.path.clone(),
+            state: SessionState::default(),
+            messages: Vec::new(),
+            last_seq: 1,
+            records: 1,
+            valid_len: writer.len,
+            torn_bytes: 0,
+            prompts: 0,
+            first_prompt: None,
+        };
+        if let Err(source) = loaded.state.apply(&mut loaded.messages, started) {
+            return Err(SessionError::Reduce {
+                path: writer.path.clone(),
+                line: 1,
+                source,
+            });
+        }
+        Ok((writer, loaded))
+    }
+
     /// Opens an existing session to continue it: locks it, loads it, cuts a torn final line
     /// off, and appends after the last record. `cwd`, when given, must be the session's own.
     pub fn resume(

@@ -229,6 +229,31 @@ fn a_second_writer_is_refused_naming_the_holder_until_the_first_is_gone() {
 }
 
 #[test]
+fn a_session_at_an_exact_path_is_made_there_and_never_over_an_existing_file() {
+    let dir = scratch();
+    let path = dir.path().join("sweeps/s1/t1/good/0.jsonl");
+    let (mut w, loaded) = SessionWriter::create_at(&path, cwd(), "m", None).unwrap();
+    assert_eq!(w.path(), path);
+    assert_eq!(loaded.state.id, w.id());
+    w.append(&Record::MessageAppended {
+        message: Message::user_text("hello"),
+    })
+    .unwrap();
+    drop(w);
+    let read = load(&path).unwrap();
+    assert_eq!((read.records, read.prompts), (2, 1));
+    assert_eq!(read.state.cwd, cwd().to_string_lossy());
+    let before = std::fs::read(&path).unwrap();
+    let err = SessionWriter::create_at(&path, cwd(), "m", None).unwrap_err();
+    assert!(
+        matches!(&err, SessionError::Exists { path: p } if *p == path),
+        "{err}"
+    );
+    assert!(err.to_string().contains("0.jsonl already exists"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "left as it was");
+}
+
+#[test]
 fn a_session_of_another_directory_is_refused() {
     let dir = scratch();
     let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();

@@ -134,8 +134,8 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     })
 }
 
-/// An eval trial's session: the model exactly as pinned in the trial config at `path`, and
-/// nothing from any config file — the workspace is a task repository, which must not re-point
+/// An eval trial's session: the model exactly as pinned in the trial config at `path`, kept in
+/// the transcript file it names (if any), and nothing from any config file — the workspace is a task repository, which must not re-point
 /// the model, add permission rules or change pricing, and the worker's own config must not
 /// make one machine's trials differ from another's (the same goes for the user's global
 /// `AGENTS.md`; the repository's own instructions are part of the task and stay).
@@ -158,7 +158,7 @@ fn build_trial(
     let mut prompt = PromptBuilder::for_workspace(&cwd);
     prompt.instructions = discover_instructions(&cwd, None);
     let redactor = redactor(&registry);
-    let agent = agent_for(
+    let mut agent = agent_for(
         &model,
         &cwd,
         cli,
@@ -173,6 +173,15 @@ fn build_trial(
         )?,
         events,
     );
+    // The trial's transcript, where the worker said: a new file, never an existing one.
+    if let Some(path) = &trial.session_path {
+        let (writer, loaded) =
+            SessionWriter::create_at(path, &cwd, &model.model, Some(Arc::clone(&redactor)))
+                .map_err(|e| SetupError(e.to_string()))?;
+        agent = agent
+            .with_session(writer, loaded)
+            .map_err(|e| SetupError(e.to_string()))?;
+    }
     Ok(Session {
         agent,
         model,

@@ -1,12 +1,15 @@
 //! The job side: the durable queue, and what runs on it. A sweep is planned into trial jobs
 //! ([`sweep`]); a worker ([`worker`]) claims them and runs each ([`trial`]) in a fresh
-//! workspace ([`workspace`]) with a child `anvil -p` and the grader; [`validate`] proves a task
+//! workspace ([`workspace`]) with a child `anvil -p` and the grader, keeping the agent's
+//! session in the sweep's artifact directory ([`transcripts`]); [`validate`] proves a task
 //! sound on workspaces prepared exactly as a trial's are.
 
 /// The durable job queue (SQLite or Postgres, through apalis).
 pub mod queue;
 /// Sweeps: planning, recording, resuming.
 pub mod sweep;
+/// Where a sweep's trials keep their transcripts.
+pub mod transcripts;
 /// One eval trial: workspace, agent, grader, record.
 pub mod trial;
 /// Proving a task sound on workspaces prepared as a trial's are.

@@ -41,6 +41,13 @@ pub struct SweepSpec {
     pub trials: u32,
     /// Attempts per trial, infrastructure retries included.
     pub max_attempts: u32,
+    /// The sweep's artifact directory, where every worker writes the trials' transcripts
+    /// ([`crate::jobs::transcripts`]): decided where the sweep is started, the same path on
+    /// every machine. Not part of the [`fingerprint`](SweepSpec::fingerprint): a resumed sweep
+    /// keeps the one it was started with. `None` in sweeps started before there were
+    /// transcripts (their workers use their own rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifacts: Option<PathBuf>,
 }
 
 /// A model of a sweep, pinned.
@@ -187,6 +194,7 @@ impl SweepSpec {
                 .collect(),
             trials,
             max_attempts,
+            artifacts: None,
         })
     }
 
@@ -432,6 +440,7 @@ mod tests {
             .into(),
             trials: 3,
             max_attempts: 3,
+            artifacts: None,
         }
     }
 
@@ -446,6 +455,12 @@ mod tests {
             old.fingerprint(),
             more.fingerprint(),
             "retry limits may change"
+        );
+        more.artifacts = Some("/elsewhere/sweeps/s".into());
+        assert_eq!(
+            old.fingerprint(),
+            more.fingerprint(),
+            "a resumed sweep keeps its artifact directory, wherever it is resumed from"
         );
     }
 
@@ -500,6 +515,7 @@ mod tests {
     fn the_stored_spec_is_stable() {
         let mut s = spec("g");
         s.tasks[0].dir = "/tasks/t".into();
+        s.artifacts = Some("/data/anvil/sweeps/s".into());
         insta::assert_json_snapshot!("sweep_spec", s);
     }
 

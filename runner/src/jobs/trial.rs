@@ -1,6 +1,8 @@
 //! One eval trial, end to end: a fresh workspace, the agent run headless as a child process
-//! (`anvil -p … --output-format json`) within the task's step and time caps, the protected
-//! grader, and the trial record.
+//! (`anvil -p … --output-format json`) within the task's step and time caps, keeping its
+//! session in the sweep's artifact directory ([`crate::jobs::transcripts`]), the protected
+//! grader, and the trial record, whose `session_path` names that transcript whenever it was
+//! written (also when the trial failed, timed out or was an infrastructure failure).
 //!
 //! What counts as whose failure:
 //! - the model's (graded, never retried): a wrong result, a refusal, max steps, max tokens, a
@@ -27,6 +29,7 @@ use crate::contract::{ContractError, HeadlessOutput, TrialConfig, TrialConfigErr
 use crate::exit;
 use crate::jobs::queue::{Db, QueueError, TrialJob};
 use crate::jobs::sweep::{ANVIL_GIT_SHA, PinnedError, SweepError, SweepSpec};
+use crate::jobs::transcripts;
 use crate::jobs::worker::{TrialEnd, TrialHandler};
 use crate::jobs::workspace::{self, WorkspaceError};
 
@@ -61,6 +64,21 @@ pub enum TrialError {
     Workspace(#[from] WorkspaceError),
     #[error("the workspace {} has no parent directory", workspace.display())]
     NoTrialDir { workspace: PathBuf },
+    #[error(
+        "sweep {sweep} has no directory for its transcripts here (no data directory: is HOME \
+         set?); start it with --workspaces DIR"
+    )]
+    NoArtifacts { sweep: String },
+    #[error(
+        "cannot make the sweep's transcript directory {} on worker {host}: {source}",
+        dir.display()
+    )]
+    Artifacts {
+        dir: PathBuf,
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     TrialConfig(#[from] TrialConfigError),
     /// The agent process could not be started or waited for.
@@ -151,9 +169,12 @@ pub struct TrialOptions {
     /// Time allowed beyond the task's agent and check caps before the trial is ended as an
     /// infrastructure failure.
     pub slack: Duration,
-    /// Paths every trial's sandbox must hide besides the task directory and the workspaces
-    /// (e.g. the queue's files).
+    /// Paths every trial's sandbox must hide besides the task directory, the workspaces and
+    /// the sweep's artifact directory (e.g. the queue's files).
     pub hidden: Vec<PathBuf>,
+    /// Where sweeps' artifact directories go on this machine, for a sweep that recorded none
+    /// (one started before trials kept transcripts): see [`transcripts::root`].
+    pub artifacts_root: Option<PathBuf>,
 }
 
 impl TrialOptions {
@@ -174,6 +195,8 @@ struct LocalTask {
 }
 
 struct SweepContext {
+    /// The sweep's artifact directory (its transcripts), as recorded with the sweep.
+    artifacts: Option<PathBuf>,
     tasks: HashMap<String, Result<Arc<LocalTask>, LocalTaskError>>,
     /// Each model's pinned configuration, or why the sweep has none usable.
     models: HashMap<String, Result<Arc<PinnedModel>, PinnedError>>,
@@ -246,7 +269,17 @@ impl AgentTrials {
             .iter()
             .map(|m| (m.clone(), spec.pinned(m).cloned().map(Arc::new)))
             .collect();
-        let ctx = Arc::new(SweepContext { tasks, models });
+        let artifacts = spec.artifacts.clone().or_else(|| {
+            self.options
+                .artifacts_root
+                .as_deref()
+                .map(|root| transcripts::artifacts(root, sweep))
+        });
+        let ctx = Arc::new(SweepContext {
+            artifacts,
+            tasks,
+            models,
+        });
         if let Ok(mut map) = self.sweeps.lock() {
             map.insert(sweep.to_string(), ctx.clone());
         }
@@ -281,6 +314,7 @@ impl AgentTrials {
             agent_ms: None,
             check_ms: None,
             session_path: None,
+            workspace_path: None,
             digests: digests
                 .map(|d| Digests {
                     task: d.task.clone(),
@@ -393,8 +427,21 @@ impl AgentTrials {
             Ok(ws) => ws,
             Err(e) => return Self::infra(job, attempt, digests, e.into()),
         };
+        let transcript = match Self::transcript_dir(&ctx, job) {
+            Ok(artifacts) => {
+                transcripts::transcript(&artifacts, &job.task, &job.model, job.trial, attempt)
+            }
+            Err(e) => return self.keep_after_failure(Self::infra(job, attempt, digests, e), ws),
+        };
         let agent_started = Instant::now();
-        let agent = match self.write_trial_config(task, &model, ws.path()) {
+        let config = self.write_trial_config(
+            task,
+            &model,
+            ws.path(),
+            ctx.artifacts.as_deref(),
+            &transcript,
+        );
+        let agent = match config {
             Ok(config) => {
                 self.run_agent(task, &model, &config, ws.path(), cancel.clone())
                     .await
@@ -429,7 +476,7 @@ impl AgentTrials {
             drop(ws);
             None
         };
-        record.session_path = kept.map(|p| p.display().to_string());
+        record.workspace_path = kept.map(|p| p.display().to_string());
         record.grader_sandbox = Some(graded.sandbox.clone());
         record.tamper = graded
             .tamper
@@ -467,17 +514,59 @@ impl AgentTrials {
             let kept = ws.keep();
             *reason = format!("{reason} (workspace: {})", kept.display());
             record.infra_error = Some(reason.clone());
+            record.workspace_path = Some(kept.display().to_string());
         }
         end
     }
 
+    /// The sweep's artifact directory, made if missing, for `job`'s transcript: the
+    /// directory of its task and model inside it.
+    fn transcript_dir(ctx: &SweepContext, job: &TrialJob) -> Result<PathBuf, TrialError> {
+        let artifacts = ctx
+            .artifacts
+            .clone()
+            .ok_or_else(|| TrialError::NoArtifacts {
+                sweep: job.sweep.clone(),
+            })?;
+        let dir = transcripts::transcript(&artifacts, &job.task, &job.model, job.trial, 1);
+        if let Some(dir) = dir.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| TrialError::Artifacts {
+                dir: dir.to_path_buf(),
+                host: crate::jobs::worker::host_name(),
+                source,
+            })?;
+        }
+        Ok(artifacts)
+    }
+
+    /// The transcript the record of `attempt` names: that attempt's, if it was written; for
+    /// an infrastructure failure (`latest`), the newest of any attempt up to it (a lost
+    /// worker's trial is recorded under the next attempt).
+    fn kept_transcript(&self, job: &TrialJob, attempt: u32, latest: bool) -> Option<String> {
+        let ctx = self.sweeps.lock().ok()?.get(&job.sweep).cloned()?;
+        let artifacts = ctx.artifacts.as_deref()?;
+        let path = if latest {
+            transcripts::latest(artifacts, &job.task, &job.model, job.trial, attempt)?
+        } else {
+            Some(transcripts::transcript(
+                artifacts, &job.task, &job.model, job.trial, attempt,
+            ))
+            .filter(|p| p.is_file())?
+        };
+        Some(path.display().to_string())
+    }
+
     /// Writes the child's [`TrialConfig`] beside the workspace (in the trial's private
-    /// directory, which the agent's sandbox does not show) and returns its path.
+    /// directory, which the agent's sandbox does not show) and returns its path. The child
+    /// keeps its session in `transcript`; the sandbox hides the task's answers, every
+    /// workspace and the sweep's `artifacts` (other trials' transcripts).
     fn write_trial_config(
         &self,
         task: &Task,
         model: &PinnedModel,
         workspace: &Path,
+        artifacts: Option<&Path>,
+        transcript: &Path,
     ) -> Result<PathBuf, TrialError> {
         let dir = workspace.parent().ok_or_else(|| TrialError::NoTrialDir {
             workspace: workspace.to_path_buf(),
@@ -485,10 +574,12 @@ impl AgentTrials {
         let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
         let mut hidden: Vec<PathBuf> = task.answer_paths().iter().map(|p| canonical(p)).collect();
         hidden.push(canonical(self.workspaces.root()));
+        hidden.extend(artifacts.map(canonical));
         hidden.extend(self.options.hidden.iter().cloned());
         let config = TrialConfig {
             model: model.clone(),
             hidden,
+            session_path: Some(transcript.to_path_buf()),
         };
         let path = dir.join(TrialConfig::FILE_NAME);
         config.write(&path)?;
@@ -636,14 +727,17 @@ impl TrialHandler for AgentTrials {
     async fn run(&self, job: &TrialJob, attempt: u32, cancel: CancellationToken) -> TrialEnd {
         let mut end = self.run_trial(job, attempt, cancel).await;
         // Every record names the model config the sweep pinned (the agent's own report of it
-        // was checked against this).
-        if let Some(digest) = self.cached_model_digest(job) {
-            match &mut end {
-                TrialEnd::Graded(record) | TrialEnd::Infra { record, .. } => {
+        // was checked against this), and the transcript when there is one.
+        let digest = self.cached_model_digest(job);
+        match &mut end {
+            TrialEnd::Graded(record) | TrialEnd::Infra { record, .. } => {
+                if let Some(digest) = digest {
                     record.digests.model_config = digest;
                 }
-                TrialEnd::Cancelled => {}
+                let infra = record.infra_error.is_some();
+                record.session_path = self.kept_transcript(job, attempt, infra);
             }
+            TrialEnd::Cancelled => {}
         }
         end
     }
@@ -663,6 +757,7 @@ impl TrialHandler for AgentTrials {
         if let Some(digest) = self.cached_model_digest(job) {
             record.digests.model_config = digest;
         }
+        record.session_path = self.kept_transcript(job, attempt, true);
         record
     }
 }

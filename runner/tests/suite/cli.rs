@@ -230,9 +230,11 @@ async fn a_pinned_config_is_the_whole_truth() {
     let trial_dir = m.home.path().join("trial");
     std::fs::create_dir_all(&trial_dir).unwrap();
     let config_path = trial_dir.join(TrialConfig::FILE_NAME);
+    let transcript = trial_dir.join("sweeps/s1/t1/test/0.jsonl");
     TrialConfig {
         model,
         hidden: vec![trial_dir.clone()],
+        session_path: Some(transcript.clone()),
     }
     .write(&config_path)
     .unwrap();
@@ -263,6 +265,29 @@ async fn a_pinned_config_is_the_whole_truth() {
     );
     assert_eq!(pinned_server.received_requests().await.unwrap().len(), 3);
     assert!(elsewhere.received_requests().await.unwrap().is_empty());
+    // The session is the trial's transcript, exactly where the config says.
+    let kept = anvil_agent::session::load(&transcript).unwrap();
+    assert_eq!(result.session_id.as_deref(), Some(kept.state.id.as_str()));
+    assert_eq!(kept.first_prompt.as_deref(), Some("make it say goodbye"));
+    assert_eq!(kept.state.model, "claude-test");
+    // Run again with the same config: the transcript is never written over.
+    let before = std::fs::read(&transcript).unwrap();
+    let out = m
+        .command()
+        .args(["-p", "again", "--output-format", "json", "--pinned-config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(6), "{stdout}");
+    assert!(
+        matches!(
+            HeadlessOutput::parse(&stdout),
+            Some(Ok(HeadlessOutput::Setup(f))) if f.error.contains("0.jsonl already exists")
+        ),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read(&transcript).unwrap(), before);
     // The model comes from the pinned config alone: -m beside it is a usage error.
     let out = m
         .command()

@@ -38,6 +38,7 @@ fn record(key: &TrialKey, attempt: u32, pass: bool, infra: Option<&str>) -> Tria
         agent_ms: None,
         check_ms: None,
         session_path: None,
+        workspace_path: None,
         digests: Digests::default(),
         anvil_git_sha: "test".into(),
         check_outcome: None,
