@@ -170,3 +170,15 @@ pub mod run_state;
 pub mod verdict;
 /// A feature's verify command at a commit, in a protected grading copy.
 pub mod verify;
+/// The agent of one session: `anvil -p` as a child process in the attempt's worktree.
+pub mod agent;
+/// `anvil auto`'s commands.
+pub mod cli;
+/// The queue job `auto_session` and its handler's interface.
+pub mod job;
+/// Runs a delivered session to a recorded end and enqueues the next.
+pub mod orchestrator;
+/// The initializer's and workers' built-in instructions and the status block.
+pub mod prompts;
+/// Runs, session attempts and events in the queue database.
+pub mod store;
