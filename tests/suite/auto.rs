@@ -69,6 +69,16 @@ fn write(id: &str, path: &str, content: &str) -> (String, String, Value) {
     )
 }
 
+/// Overwrites `path` through the shell (write_file refuses a file the model has not read).
+fn overwrite(id: &str, path: &str, content: &str) -> (String, String, Value) {
+    assert!(!content.contains('\''));
+    (
+        id.to_string(),
+        "bash".to_string(),
+        json!({"command": format!("printf '%s' '{content}' > {path}")}),
+    )
+}
+
 fn answer(body: &Value, behaviour: Behaviour) -> Answer {
     let format = WireFormat::AnthropicMessages;
     if body.to_string().contains("\"tool_result\"") {
@@ -80,7 +90,7 @@ fn answer(body: &Value, behaviour: Behaviour) -> Answer {
     } else {
         let claimed_all = with_digest(FEATURES).replace("\"passes\": false", "\"passes\": true");
         match (behaviour, first_failing(&prompt).as_deref()) {
-            (Behaviour::ClaimOnly, _) => vec![write("toolu_claim", "features.json", &claimed_all)],
+            (Behaviour::ClaimOnly, _) => vec![overwrite("toolu_claim", "features.json", &claimed_all)],
             (_, Some(id)) => {
                 let (file, content) = if id == "F001" {
                     ("a.txt", "A")
@@ -98,7 +108,7 @@ fn answer(body: &Value, behaviour: Behaviour) -> Answer {
                 }
                 vec![
                     write("toolu_work", file, content),
-                    write("toolu_claim", "features.json", &contract.to_string()),
+                    overwrite("toolu_claim", "features.json", &contract.to_string()),
                 ]
             }
             (_, None) => vec![write("toolu_note", "progress.md", "nothing left\n")],
