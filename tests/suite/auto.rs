@@ -358,3 +358,80 @@ async fn a_tampered_description_is_rejected_and_reverted() {
     assert!(features.contains("a.txt holds A"), "{features}");
     git(&m.repo, &["status"]);
 }
+
+/// `kill -9` of `anvil auto run` while a worker session waits on the model, then
+/// `anvil auto resume`: the session runs again as its next attempt from the last validated
+/// commit, the dead attempt's worktree is saved as a patch, and the run completes with one
+/// commit per session.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_mid_session_then_resume_runs_the_next_attempt() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stalled = std::sync::Arc::new(AtomicBool::new(false));
+    let first = stalled.clone();
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |body| {
+        let worker = first_user_text(body).contains("You are a worker session");
+        let after_tool = body.to_string().contains("\"tool_result\"");
+        let a = answer(body, Behaviour::Honest);
+        // The first worker session's second request hangs (the worker is killed meanwhile).
+        if worker && after_tool && !first.swap(true, Ordering::SeqCst) {
+            return a.after(std::time::Duration::from_secs(120));
+        }
+        a
+    })
+    .await;
+    let m = Machine::new(&server, None);
+    let mut c: Command = m.home.command(bins::built("anvil"));
+    c.args(["auto", "run", "SPEC.md", "--queue", &m.queue])
+        .env("TMPDIR", m.home.path())
+        .current_dir(&m.repo)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().unwrap();
+    anvil_test_support::poll::poll_until(
+        std::time::Duration::from_secs(120),
+        "the first worker session to be waiting on the model",
+        || stalled.load(Ordering::SeqCst).then_some(()),
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = child.wait();
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut stdout).unwrap();
+    let run = stdout.lines().next().unwrap().trim().to_string();
+    let out = m.anvil(&["resume", &run]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report = m.report(&run);
+    assert_eq!(report["state"], "complete", "{report:#}");
+    let rows: Vec<(i64, i64, &str)> = report["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["session"].as_i64().unwrap(),
+                s["attempt"].as_i64().unwrap(),
+                s["state"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (0, 1, "accepted"),
+            (1, 1, "dead"),
+            (1, 2, "merged"),
+            (2, 1, "merged")
+        ],
+        "{report:#}"
+    );
+    let log = m.git_out(&["log", "--format=%s", &format!("auto/{run}")]);
+    assert_eq!(log.lines().count(), 4, "{log}");
+    let data = m.home.path().join(format!("data/anvil/auto/{run}"));
+    let patch = std::fs::read_to_string(data.join("leftovers/s1a1.patch")).unwrap();
+    assert!(patch.contains("a.txt"), "{patch}");
+    assert!(!data.join("attempts/s1a1").exists());
+    assert_eq!(m.git_out(&["status", "--porcelain"]), "");
+}
