@@ -3,6 +3,8 @@
 //! model, on a tiny spec of two shell-verifiable features (F001: a.txt holds A; F002: b.txt
 //! holds B). The model's behaviour per scenario is a [`Behaviour`].
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -82,7 +84,11 @@ fn overwrite(id: &str, path: &str, content: &str) -> (String, String, Value) {
 fn answer(body: &Value, behaviour: Behaviour) -> Answer {
     let format = WireFormat::AnthropicMessages;
     if body.to_string().contains("\"tool_result\"") {
-        return Answer::sse(wire::text(format, "All done: every feature passes.", usage()));
+        return Answer::sse(wire::text(
+            format,
+            "All done: every feature passes.",
+            usage(),
+        ));
     }
     let prompt = first_user_text(body);
     let calls: Vec<(String, String, Value)> = if prompt.contains("You are the initializer") {
@@ -90,7 +96,9 @@ fn answer(body: &Value, behaviour: Behaviour) -> Answer {
     } else {
         let claimed_all = with_digest(FEATURES).replace("\"passes\": false", "\"passes\": true");
         match (behaviour, first_failing(&prompt).as_deref()) {
-            (Behaviour::ClaimOnly, _) => vec![overwrite("toolu_claim", "features.json", &claimed_all)],
+            (Behaviour::ClaimOnly, _) => {
+                vec![overwrite("toolu_claim", "features.json", &claimed_all)]
+            }
             (_, Some(id)) => {
                 let (file, content) = if id == "F001" {
                     ("a.txt", "A")
@@ -127,7 +135,10 @@ const SPEC: &str = "Two files: a.txt holding A, b.txt holding B.\n";
 /// model editing the file keeps it).
 fn with_digest(features: &str) -> String {
     let digest = anvil_runner::auto::contract::spec_digest(SPEC.as_bytes());
-    features.replace("\"spec_digest\": \"\"", &format!("\"spec_digest\": \"{digest}\""))
+    features.replace(
+        "\"spec_digest\": \"\"",
+        &format!("\"spec_digest\": \"{digest}\""),
+    )
 }
 
 /// The contract as the status block implies it: verified features listed there pass.
@@ -160,12 +171,10 @@ impl Machine {
         home.write_config(&support::config(server));
         let repo = home.git_repo(
             "project",
-            &[
-                ("README.md", "# project\n"),
-                ("SPEC.md", SPEC),
-            ],
+            &[("README.md", "# project\n"), ("SPEC.md", SPEC)],
         );
-        let queue = queue.unwrap_or_else(|| home.path().join("data/queue.db").display().to_string());
+        let queue =
+            queue.unwrap_or_else(|| home.path().join("data/queue.db").display().to_string());
         Machine { home, repo, queue }
     }
 
@@ -270,7 +279,12 @@ async fn happy_path(queue: Option<String>) {
             .all(|f| f["passes"] == json!(true)),
         "{features:#}"
     );
-    assert!(features["spec_digest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(
+        features["spec_digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
     assert_eq!(m.git_out(&["status", "--porcelain"]), "");
     assert_eq!(m.git_out(&["rev-parse", "HEAD"]), head_before);
     // Every session kept its transcript, and `anvil replay` reads it.
@@ -295,8 +309,14 @@ async fn happy_path(queue: Option<String>) {
         .filter(|t| t.contains("You are a worker session"))
         .nth(1)
         .unwrap();
-    assert!(second_worker.contains("Verified (1):\n- F001"), "{second_worker}");
-    assert!(second_worker.contains("auto(s1): verify F001"), "{second_worker}");
+    assert!(
+        second_worker.contains("Verified (1):\n- F001"),
+        "{second_worker}"
+    );
+    assert!(
+        second_worker.contains("auto(s1): verify F001"),
+        "{second_worker}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -349,10 +369,16 @@ async fn a_tampered_description_is_rejected_and_reverted() {
     let report = m.report(&run);
     let rejected = report["rejected_edits"].as_array().unwrap();
     assert!(!rejected.is_empty(), "{report:#}");
-    assert_eq!(rejected[0]["field"], "features[0].description", "{report:#}");
+    assert_eq!(
+        rejected[0]["field"], "features[0].description",
+        "{report:#}"
+    );
     assert_eq!(rejected[0]["after"], "anything at all", "{report:#}");
     let flags = &report["sessions"][1]["flags"];
-    assert!(flags.as_array().unwrap().contains(&json!("rejected_edit")), "{report:#}");
+    assert!(
+        flags.as_array().unwrap().contains(&json!("rejected_edit")),
+        "{report:#}"
+    );
     let features = m.git_out(&["show", &format!("auto/{run}:features.json")]);
     assert!(!features.contains("anything at all"), "{features}");
     assert!(features.contains("a.txt holds A"), "{features}");

@@ -166,7 +166,11 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
         Some(Ok(HeadlessOutput::Turn(result))) => *result,
     };
     match code {
-        exit::DONE | exit::MAX_STEPS | exit::MAX_TOKENS | exit::REFUSED | exit::PROTOCOL_STOPPED => {}
+        exit::DONE
+        | exit::MAX_STEPS
+        | exit::MAX_TOKENS
+        | exit::REFUSED
+        | exit::PROTOCOL_STOPPED => {}
         exit::FAILED if result.retryable != Some(true) => {}
         exit::FAILED => {
             return Err(AgentError::ProviderUnreachable {

@@ -126,12 +126,8 @@ async fn dispatch(command: &AutoCommand) -> Result<i32, AutoCliError> {
                     return Ok(row.terminal().map(Terminal::exit_code).unwrap_or(0));
                 }
                 Some(_) | None => {
-                    db.auto_reopen_run(
-                        run,
-                        max_sessions.map(i64::from),
-                        *max_cost_usd,
-                    )
-                    .await?;
+                    db.auto_reopen_run(run, max_sessions.map(i64::from), *max_cost_usd)
+                        .await?;
                 }
             }
             enqueue_next(&db, run).await?;
@@ -142,18 +138,18 @@ async fn dispatch(command: &AutoCommand) -> Result<i32, AutoCliError> {
             drive(&db, &location, run).await
         }
         AutoCommand::Status { run, queue } => {
-            let db = Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2)
-                .await?;
+            let db =
+                Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2).await?;
             status(&db, run.as_deref()).await
         }
         AutoCommand::Report { run, queue, json } => {
-            let db = Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2)
-                .await?;
+            let db =
+                Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2).await?;
             report(&db, run, *json).await
         }
         AutoCommand::Cancel { run, queue } => {
-            let db = Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2)
-                .await?;
+            let db =
+                Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2).await?;
             cancel(&db, run).await
         }
     }
@@ -193,8 +189,8 @@ fn pin(model: Option<&str>) -> Result<anvil_llm::registry::PinnedModel, AutoCliE
 /// what comes next.
 async fn start_run(db: &Db, start: &Start<'_>) -> Result<RunRow, AutoCliError> {
     let spec = std::path::absolute(start.spec)?;
-    let bytes = std::fs::read(&spec)
-        .map_err(|e| msg!("cannot read the spec {}: {e}", spec.display()))?;
+    let bytes =
+        std::fs::read(&spec).map_err(|e| msg!("cannot read the spec {}: {e}", spec.display()))?;
     let digest = spec_digest(&bytes);
     let cwd = std::env::current_dir()?;
     let repo = Repo::open(&cwd)?;
@@ -218,8 +214,7 @@ async fn start_run(db: &Db, start: &Start<'_>) -> Result<RunRow, AutoCliError> {
         .ok_or_else(|| msg!("this system has no data directory (is HOME set?)"))?
         .join("auto")
         .join(id.as_str());
-    std::fs::create_dir_all(&data)
-        .map_err(|e| msg!("cannot create {}: {e}", data.display()))?;
+    std::fs::create_dir_all(&data).map_err(|e| msg!("cannot create {}: {e}", data.display()))?;
     repo.create_run_branch(&id, &head)?;
     let row = RunRow {
         id: id.to_string(),
@@ -403,8 +398,7 @@ pub async fn report_json(db: &Db, run: &str) -> Result<serde_json::Value, AutoCl
             .iter()
             .filter(|e| e.kind == kind)
             .map(|e| {
-                let mut v: serde_json::Value =
-                    serde_json::from_str(&e.payload).unwrap_or_default();
+                let mut v: serde_json::Value = serde_json::from_str(&e.payload).unwrap_or_default();
                 if let Some(o) = v.as_object_mut() {
                     o.insert("session".into(), json!(e.session));
                     o.insert("attempt".into(), json!(e.attempt));
@@ -475,16 +469,17 @@ async fn report(db: &Db, run: &str, as_json: bool) -> Result<i32, AutoCliError> 
     );
     println!(
         "features verified: {} of {}",
-        r["features_verified"],
-        r["features"]
+        r["features_verified"], r["features"]
     );
     println!("worker sessions: {}", r["worker_sessions"]);
     println!("cost: ${:.4}", r["cost_usd"].as_f64().unwrap_or(0.0));
-    for key in ["false_claims", "rejected_edits", "protected_edits", "regressions"] {
-        println!(
-            "{key}: {}",
-            r[key].as_array().map(Vec::len).unwrap_or(0)
-        );
+    for key in [
+        "false_claims",
+        "rejected_edits",
+        "protected_edits",
+        "regressions",
+    ] {
+        println!("{key}: {}", r[key].as_array().map(Vec::len).unwrap_or(0));
     }
     println!("sessions:");
     for s in r["sessions"].as_array().into_iter().flatten() {

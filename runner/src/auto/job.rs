@@ -31,8 +31,7 @@ macro_rules! on_auto_storage {
                 $body
             }
             $crate::jobs::queue::Db::Postgres($pool) => {
-                type $storage =
-                    apalis_postgres::PostgresStorage<$crate::auto::job::AutoSessionJob>;
+                type $storage = apalis_postgres::PostgresStorage<$crate::auto::job::AutoSessionJob>;
                 let $config =
                     apalis_postgres::Config::default().queue($crate::auto::job::AUTO_QUEUE_NAME);
                 $body

@@ -38,7 +38,7 @@ use crate::auto::prompts::{self, PROGRESS_FILE, Status};
 use crate::auto::run_state::{Estimate, Event, Next, SessionKind, Terminal, WorkerSession};
 use crate::auto::store::{EventRow, NewEvent, RunRow, SessionRow, SessionUpdate, StoreError};
 use crate::auto::verdict::{self, CheckOutcome, SessionChecks, SessionVerdict};
-use crate::auto::verify::{self, VerifyError, Verifier};
+use crate::auto::verify::{self, Verifier, VerifyError};
 use crate::jobs::queue::{Db, QueueError, schedule_retry};
 
 /// Where and how sessions run on this machine.
@@ -266,13 +266,18 @@ impl Orchestrator {
             );
             return Ok(());
         }
-        let (id, repo) = match (
-            RunId::new(&run.id),
-            Repo::open(Path::new(&run.repository)),
-        ) {
+        let (id, repo) = match (RunId::new(&run.id), Repo::open(Path::new(&run.repository))) {
             (Ok(id), Ok(repo)) => (id, repo),
-            (Err(e), _) => return self.persistent_failure(&run, job, attempt, e.to_string()).await,
-            (_, Err(e)) => return self.persistent_failure(&run, job, attempt, e.to_string()).await,
+            (Err(e), _) => {
+                return self
+                    .persistent_failure(&run, job, attempt, e.to_string())
+                    .await;
+            }
+            (_, Err(e)) => {
+                return self
+                    .persistent_failure(&run, job, attempt, e.to_string())
+                    .await;
+            }
         };
         let ctx = Ctx {
             dirs: RunDirs {
@@ -411,7 +416,12 @@ impl Orchestrator {
 
     async fn cancel_run(&self, run: &RunRow, session: u32, attempt: u32) -> Result<(), QueueError> {
         self.db
-            .auto_record(&run.id, session, attempt, &NewEvent::ledger(&Event::Cancelled))
+            .auto_record(
+                &run.id,
+                session,
+                attempt,
+                &NewEvent::ledger(&Event::Cancelled),
+            )
             .await?;
         self.db
             .auto_finish_run(&run.id, Terminal::Cancelled, "the run was cancelled")
@@ -606,9 +616,7 @@ impl Orchestrator {
                 self.initializer_end(ctx, &base, &candidate, &spec_bytes, &run, flags)
                     .await
             }
-            SessionKind::Worker => {
-                self.worker_end(ctx, &base, &candidate, &run, flags).await
-            }
+            SessionKind::Worker => self.worker_end(ctx, &base, &candidate, &run, flags).await,
         }
     }
 
@@ -649,7 +657,10 @@ impl Orchestrator {
                 reason: e.to_string(),
             })?;
         }
-        let mut hidden = vec![ctx.dirs.root.join("sessions"), ctx.dirs.root.join("leftovers")];
+        let mut hidden = vec![
+            ctx.dirs.root.join("sessions"),
+            ctx.dirs.root.join("leftovers"),
+        ];
         hidden.extend(self.options.hidden.iter().cloned());
         let config_path = ctx.dirs.config(ctx.attempt_id());
         let spec = AgentSpec {
@@ -788,7 +799,10 @@ impl Orchestrator {
                 ended: true,
                 ..SessionUpdate::default()
             },
-            events: vec![NewEvent::new("contract.rejected", json!({"reason": reason}))],
+            events: vec![NewEvent::new(
+                "contract.rejected",
+                json!({"reason": reason}),
+            )],
             ledger: Event::ContractRejected {
                 reason: reason.clone(),
                 cost_usd: run.cost_usd,
@@ -824,12 +838,11 @@ impl Orchestrator {
             return Ok(end);
         }
         let accepted = contract.accept(spec);
-        let text = contract::restore(&accepted, &BTreeSet::new()).map_err(|e| {
-            SessionError::Corrupt {
+        let text =
+            contract::restore(&accepted, &BTreeSet::new()).map_err(|e| SessionError::Corrupt {
                 what: FEATURES_FILE.into(),
                 reason: e.to_string(),
-            }
-        })?;
+            })?;
         let head = {
             let repo = ctx.repo.clone();
             let run_id = ctx.id.clone();
@@ -1110,10 +1123,17 @@ impl Orchestrator {
     /// candidate), with nothing verified again.
     async fn redo_merge(&self, ctx: &Ctx, row: &SessionRow) -> Result<SessionEnd, SessionError> {
         let corrupt = |what: &str| SessionError::Corrupt {
-            what: format!("{what} of {}", AttemptId::new(ctx.session, row.attempt as u32)),
+            what: format!(
+                "{what} of {}",
+                AttemptId::new(ctx.session, row.attempt as u32)
+            ),
             reason: "not recorded".into(),
         };
-        let base = row.base.as_deref().and_then(Oid::parse).ok_or_else(|| corrupt("base"))?;
+        let base = row
+            .base
+            .as_deref()
+            .and_then(Oid::parse)
+            .ok_or_else(|| corrupt("base"))?;
         let candidate = row
             .candidate
             .as_deref()

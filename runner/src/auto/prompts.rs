@@ -74,13 +74,20 @@ pub fn status_block(status: &Status) -> String {
     for (id, description, output) in &status.failing {
         let _ = writeln!(out, "- {id}: {description}");
         if let Some(output) = output.as_deref().filter(|o| !o.trim().is_empty()) {
-            let _ = writeln!(out, "  last check output:\n```\n{}\n```", tail(output).trim());
+            let _ = writeln!(
+                out,
+                "  last check output:\n```\n{}\n```",
+                tail(output).trim()
+            );
         }
     }
     let _ = writeln!(
         out,
         "\nLast session: {}",
-        status.last_session.as_deref().unwrap_or("none (this is the first)")
+        status
+            .last_session
+            .as_deref()
+            .unwrap_or("none (this is the first)")
     );
     let _ = writeln!(out, "\nProgress notes ({PROGRESS_FILE}):");
     match status.progress.as_deref() {

@@ -43,7 +43,9 @@ impl RunRow {
 
     pub fn limits(&self) -> run_state::Limits {
         run_state::Limits {
-            max_sessions: self.max_sessions.map(|n| n.clamp(0, i64::from(u32::MAX)) as u32),
+            max_sessions: self
+                .max_sessions
+                .map(|n| n.clamp(0, i64::from(u32::MAX)) as u32),
             max_cost_usd: self.max_cost_usd,
             ..run_state::Limits::default()
         }
@@ -327,7 +329,9 @@ impl Db {
             .execute(pool)
             .await
             .map(|r| r.rows_affected()))
-        .map_err(QueueError::sql(format!("claiming {run} s{session}a{attempt}")))?;
+        .map_err(QueueError::sql(format!(
+            "claiming {run} s{session}a{attempt}"
+        )))?;
         Ok(n == 1)
     }
 
