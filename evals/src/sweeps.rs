@@ -402,9 +402,18 @@ pub async fn worker(args: WorkerCmdArgs) -> Result<ExitCode> {
         stop.cancel();
     });
     let handler = Arc::new(AgentTrials::new(db.clone(), trial_options));
+    // One worker serves both kinds of job: eval trials and `anvil auto` sessions.
+    let auto = Arc::new(anvil_runner::auto::orchestrator::Orchestrator::new(
+        db.clone(),
+        anvil_runner::auto::cli::auto_options(&location),
+    ));
+    let handlers = worker::Handlers {
+        trials: Some(handler),
+        auto: Some(auto),
+    };
     let watch = DbWatch::new(&location)?;
     tokio::select! {
-        result = worker::run(db.clone(), handler, worker_options, shutdown.clone()) => {
+        result = worker::run_with(db.clone(), handlers, worker_options, shutdown.clone()) => {
             result?;
             Ok(ExitCode::SUCCESS)
         }

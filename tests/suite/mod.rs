@@ -1,3 +1,4 @@
+mod auto;
 mod hidden_answer;
 mod lost_queue;
 mod pinned_config;

@@ -24,8 +24,15 @@
 //!   grading environment ([`anvil_grader::command`]) with the protected paths laid over from
 //!   the accepted commit.
 //! - [`ids`] *(built)*: run ids and attempt ids, safe inside ref and directory names.
-//! - The orchestrator, the queue job, the CLI, the prompts, the scenario suite, the
-//!   benchmarks: *remaining* (below).
+//! - [`job`], [`store`] *(built)*: the queue job `auto_session` (its own apalis queue on the
+//!   one database, served by the same worker process as trials) and the tables `auto_runs`,
+//!   `auto_sessions` (fenced by attempt), `auto_events` (the ledger's events among them).
+//! - [`orchestrator`], [`agent`], [`prompts`] *(built, first slice)*: a delivered session run
+//!   to a recorded end (steps 1–8 below, the initializer, crash recovery), the agent as a
+//!   child `anvil -p`, minimal built-in instructions and the status block.
+//! - [`cli`] *(built, first slice)*: `anvil auto run|status|report|cancel|resume`.
+//! - The benchmarks, the rest of the scenario suite, the skills and the stop hook:
+//!   *remaining* (below).
 //!
 //! # A run
 //!
@@ -135,18 +142,26 @@
 //!
 //! # Remaining, in order
 //!
-//! 1. Queue job kind `auto_session` and the migrations above; attempt fencing as for trials.
-//! 2. The orchestrator (steps 1–8, the initializer, crash recovery) over the parts here; git
-//!    calls are blocking and belong in `spawn_blocking` there.
+//! Done in the first slice: the queue job and migrations (1), the orchestrator (2), the CLI
+//! without `init` (4), and of the scenario suite (5, `tests/suite/auto.rs`): happy path on
+//! SQLite and Postgres, claim without a passing check (stalls, never complete although the
+//! model says "all done"), tampered description, `kill -9` mid-session then resume.
+//!
+//! 1. *(done)*
+//! 2. *(done; known gaps: a dead attempt's cost is recorded as unknown, which stops a run with
+//!    a budget; the next session's estimate is the dearest session so far; `anvil auto
+//!    cancel` of a run no worker serves ends it at once, of a running one at the worker's
+//!    next cancel poll)*
 //! 3. The agent's session: the initializer and worker instructions as two built-in skills,
-//!    the status block, a stop hook running `test_command`, the sandbox of step 3.
-//! 4. The CLI: `anvil auto init|run|resume|status|report|cancel`, exit codes from
+//!    a stop hook running `test_command`, the sandbox of step 3 (the status block is built,
+//!    minimal, in [`prompts`]).
+//! 4. *(done but `init`)* The CLI: `anvil auto init|run|resume|status|report|cancel`, exit codes from
 //!    [`run_state::Terminal::exit_code`] and [`run_state::EXIT_TABLE`] in `--help` and the
 //!    README.
-//! 5. The scripted scenario suite (real orchestrator, scripted model): happy path, tampered
-//!    description, claim without a passing check, vacuous check, breaking an earlier feature,
-//!    editing or skipping a test, "promise COMPLETE" while failing, no-progress spin, the
-//!    three `kill -9`s, exact budget, provider outage, `reset --hard`, two runs in one repo.
+//! 5. The scripted scenario suite (real orchestrator, scripted model); still to write:
+//!    vacuous check, breaking an earlier feature,
+//!    editing or skipping a test, no-progress spin with diffs, `kill -9` during init and
+//!    between validation and merge, exact budget, provider outage, `reset --hard`, two runs in one repo.
 //! 6. Benchmarks: harness overhead per session excluding model and checks (target ≤ 100 ms on
 //!    a 1,000-file repository), and the pass-to-pass re-check of 50 instant features.
 //! 7. Trying it on the local model (two Python features, a kill mid-run), in the closing note.
@@ -158,14 +173,26 @@
 //! have); checks run one after another; money is `f64` USD; a repository that needs a
 //! global-config filter (LFS) or a `safe.directory` entry is read without them.
 
+/// The agent of one session: `anvil -p` as a child process in the attempt's worktree.
+pub mod agent;
+/// `anvil auto`'s commands.
+pub mod cli;
 /// The `features.json` contract: parsing, digests, the freeze check, the file written back.
 pub mod contract;
 /// Git plumbing: the run branch, attempt worktrees, candidates, the merge, leftovers.
 pub mod git;
 /// Run and attempt ids.
 pub mod ids;
+/// The queue job `auto_session` and its handler's interface.
+pub mod job;
+/// Runs a delivered session to a recorded end and enqueues the next.
+pub mod orchestrator;
+/// The initializer's and workers' built-in instructions and the status block.
+pub mod prompts;
 /// The run's ledger, the next-session decision and the terminal states (sans-IO).
 pub mod run_state;
+/// Runs, session attempts and events in the queue database.
+pub mod store;
 /// One session's verdict from its check results (sans-IO).
 pub mod verdict;
 /// A feature's verify command at a commit, in a protected grading copy.

@@ -138,6 +138,90 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ReplayFormat::Text)]
         format: ReplayFormat,
     },
+    /// Turn a spec into working software across many agent sessions, each a job on the queue;
+    /// the harness, never the model, decides what passes and what lands on the run branch.
+    #[command(after_long_help = crate::auto::run_state::EXIT_TABLE)]
+    Auto {
+        #[command(subcommand)]
+        command: AutoCommand,
+    },
+}
+
+/// `anvil auto …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum AutoCommand {
+    /// Start a run of SPEC in this git checkout (or resume this spec's unfinished run); prints
+    /// the run id. Without --detach, runs its sessions here until the run ends.
+    #[command(after_long_help = crate::auto::run_state::EXIT_TABLE)]
+    Run {
+        /// The spec: what to build, in prose.
+        spec: PathBuf,
+        #[command(flatten)]
+        queue: AutoQueue,
+        /// Worker sessions at most (not counting the initializer or retried attempts).
+        #[arg(long, value_name = "N")]
+        max_sessions: Option<u32>,
+        /// A hard budget in USD: a session whose reserved estimate does not fit never starts.
+        #[arg(long, value_name = "USD")]
+        max_cost_usd: Option<f64>,
+        /// The model: an alias from your config or provider:model (default: your default).
+        #[arg(short, long, value_name = "MODEL")]
+        model: Option<String>,
+        /// Merge a session that breaks a verified feature when it verifies more.
+        #[arg(long)]
+        allow_regressions: bool,
+        /// Model requests per session at most.
+        #[arg(long, value_name = "N", default_value_t = 50)]
+        max_steps: u32,
+        /// Wall-clock seconds per session at most.
+        #[arg(long, value_name = "SECS", default_value_t = 1800)]
+        session_timeout_secs: u64,
+        /// Enqueue and exit: `anvil-evals worker` (any machine on the queue) runs the sessions.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Runs, or one run's sessions: kind, attempt, state, cost, verified delta, commit.
+    Status {
+        run: Option<String>,
+        #[command(flatten)]
+        queue: AutoQueue,
+    },
+    /// A run's report: terminal state, features verified, false claims, rejected edits,
+    /// regressions, sessions with their transcripts.
+    Report {
+        run: String,
+        #[command(flatten)]
+        queue: AutoQueue,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a run: its running session's process group is killed.
+    Cancel {
+        run: String,
+        #[command(flatten)]
+        queue: AutoQueue,
+    },
+    /// Resume a run (with larger limits, a limited one continues).
+    #[command(after_long_help = crate::auto::run_state::EXIT_TABLE)]
+    Resume {
+        run: String,
+        #[command(flatten)]
+        queue: AutoQueue,
+        #[arg(long, value_name = "N")]
+        max_sessions: Option<u32>,
+        #[arg(long, value_name = "USD")]
+        max_cost_usd: Option<f64>,
+        #[arg(long)]
+        detach: bool,
+    },
+}
+
+/// The queue a run lives on.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AutoQueue {
+    /// The queue database: a SQLite file or postgres://… (default: anvil.db in the data dir).
+    #[arg(long, value_name = "URL")]
+    pub queue: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -30,6 +30,7 @@ use apalis::prelude::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::auto::job::{AutoSessionHandler, AutoSessionJob, on_auto_storage};
 use crate::jobs::queue::{
     Db, QueueError, TrialJob, TrialState, WorkerRow, now_ms, on_storage, schedule_retry,
 };
@@ -271,11 +272,57 @@ async fn handle(
         .map_err(|e| Box::new(e) as BoxDynError)
 }
 
-/// Runs a worker process's workers until `shutdown` fires. Registers the process in
-/// `anvil_workers` and keeps its heartbeat there for `anvil-evals status`.
+/// Runs a worker process's trial workers until `shutdown` fires (see [`run_with`]).
 pub async fn run(
     db: Db,
     handler: Arc<dyn TrialHandler>,
+    options: WorkerOptions,
+    shutdown: CancellationToken,
+) -> Result<(), WorkerError> {
+    run_with(
+        db,
+        Handlers {
+            trials: Some(handler),
+            auto: None,
+        },
+        options,
+        shutdown,
+    )
+    .await
+}
+
+/// What one worker process runs: eval trials, `anvil auto` sessions, or both.
+#[derive(Clone)]
+pub struct Handlers {
+    pub trials: Option<Arc<dyn TrialHandler>>,
+    pub auto: Option<Arc<dyn AutoSessionHandler>>,
+}
+
+struct AutoShared {
+    handler: Arc<dyn AutoSessionHandler>,
+    name: String,
+}
+
+async fn handle_auto(
+    job: AutoSessionJob,
+    attempt: Attempt,
+    id: TaskId,
+    shared: Data<Arc<AutoShared>>,
+) -> Result<(), BoxDynError> {
+    let attempt = attempt.current().max(1) as u32;
+    shared
+        .handler
+        .run(&job, attempt, &id.to_string(), &shared.name)
+        .await
+        .map_err(|e| Box::new(e) as BoxDynError)
+}
+
+/// Runs a worker process's workers until `shutdown` fires: one apalis worker per job kind it
+/// has a handler for, on the one database. Registers the process in `anvil_workers` and keeps
+/// its heartbeat there for `anvil-evals status`.
+pub async fn run_with(
+    db: Db,
+    handlers: Handlers,
     options: WorkerOptions,
     shutdown: CancellationToken,
 ) -> Result<(), WorkerError> {
@@ -303,32 +350,63 @@ pub async fn run(
             }
         })
     };
-    let shared = Arc::new(Shared {
-        db: db.clone(),
-        handler,
-        options: options.clone(),
-        name: name.clone(),
-    });
     let concurrency = options.concurrency.max(1);
-    let monitor = on_storage!(&db, pool, Storage, config => {
-        let pool = pool.clone();
-        let name = name.clone();
-        Monitor::new().register(move |_restarts| {
-            let config = config
-                .clone()
-                .batch_size(concurrency)
-                .heartbeat_interval(options.heartbeat)
-                .missed_heartbeats(options.missed_heartbeats);
-            let backend = Storage::new(&pool)
-                .with_config(config)
-                .poll_with_interval(options.poll_interval);
-            WorkerBuilder::new(name.as_str())
-                .backend(backend)
-                .concurrency(concurrency)
-                .data(shared.clone())
-                .build(handle)
-        })
-    });
+    let mut monitor = Monitor::new();
+    if let Some(handler) = handlers.trials {
+        let shared = Arc::new(Shared {
+            db: db.clone(),
+            handler,
+            options: options.clone(),
+            name: name.clone(),
+        });
+        let options = options.clone();
+        monitor = on_storage!(&db, pool, Storage, config => {
+            let pool = pool.clone();
+            let name = name.clone();
+            monitor.register(move |_restarts| {
+                let config = config
+                    .clone()
+                    .batch_size(concurrency)
+                    .heartbeat_interval(options.heartbeat)
+                    .missed_heartbeats(options.missed_heartbeats);
+                let backend = Storage::new(&pool)
+                    .with_config(config)
+                    .poll_with_interval(options.poll_interval);
+                WorkerBuilder::new(name.as_str())
+                    .backend(backend)
+                    .concurrency(concurrency)
+                    .data(shared.clone())
+                    .build(handle)
+            })
+        });
+    }
+    if let Some(handler) = handlers.auto {
+        // apalis keys its workers by name: the auto worker's is the process's, suffixed.
+        let auto_name = format!("{name}-auto");
+        let shared = Arc::new(AutoShared {
+            handler,
+            name: auto_name.clone(),
+        });
+        let options = options.clone();
+        monitor = on_auto_storage!(&db, pool, Storage, config => {
+            let pool = pool.clone();
+            monitor.register(move |_restarts| {
+                let config = config
+                    .clone()
+                    .batch_size(concurrency)
+                    .heartbeat_interval(options.heartbeat)
+                    .missed_heartbeats(options.missed_heartbeats);
+                let backend = Storage::new(&pool)
+                    .with_config(config)
+                    .poll_with_interval(options.poll_interval);
+                WorkerBuilder::new(auto_name.as_str())
+                    .backend(backend)
+                    .concurrency(concurrency)
+                    .data(shared.clone())
+                    .build(handle_auto)
+            })
+        });
+    }
     // A database error ends a worker's stream; restart it rather than stop taking jobs.
     let monitor = monitor.should_restart(|_ctx, error| {
         tracing::warn!("worker stopped: {error}; restarting");
