@@ -6,7 +6,9 @@
 //! Peak RSS comes from `getrusage(RUSAGE_CHILDREN)`, the largest resident set of any child
 //! waited for so far, so `--version` is measured before any other child (git) runs.
 //!
-//! Run: `cargo bench -p anvil-runner`.
+//! Run: `cargo bench -p anvil-runner`. With `ANVIL_BENCH_BASELINE=/path/to/an/older/anvil`
+//! the turns of that binary are run too, alternating with this one's (each in its own fresh
+//! repository), so a change is measured against its baseline under the same load.
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,44 +88,19 @@ fn main() {
         ),
     )
     .unwrap_or_else(|e| panic!("{e}"));
-    let repos: Vec<_> = (0..RUNS)
-        .map(|i| {
-            let repo = home.path().join(format!("repo{i}"));
+    let baseline = std::env::var("ANVIL_BENCH_BASELINE").ok();
+    let binaries: Vec<&str> = std::iter::once(ANVIL).chain(baseline.as_deref()).collect();
+    let mut turns: Vec<Vec<Duration>> = vec![Vec::new(); binaries.len()];
+    for i in 0..RUNS {
+        for (b, binary) in binaries.iter().enumerate() {
+            let repo = home.path().join(format!("repo{i}-{b}"));
             std::fs::create_dir_all(&repo).unwrap_or_else(|e| panic!("{e}"));
             let _ = Command::new("git")
                 .args(["init", "-q"])
                 .current_dir(&repo)
                 .status();
-            repo
-        })
-        .collect();
-    let mut turn = Vec::new();
-    for repo in &repos {
-        let t = Instant::now();
-        let out = Command::new(ANVIL)
-            .args([
-                "-p",
-                "write hi to out.txt",
-                "--output-format",
-                "json",
-                "--permission-mode",
-                "accept-edits",
-            ])
-            .current_dir(repo)
-            .env("HOME", home.path())
-            .env("XDG_CONFIG_HOME", home.path().join("cfg"))
-            .env("XDG_DATA_HOME", home.path().join("data"))
-            .env("MOCK_KEY", "k")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
-        turn.push(t.elapsed());
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert!(repo.join("out.txt").exists());
+            turns[b].push(turn_of(binary, &repo, home.path()));
+        }
     }
     let all_rss = peak_rss_mib();
     println!("process            median      peak RSS");
@@ -131,8 +108,42 @@ fn main() {
         "anvil --version    {:>8.2?}    {version_rss:.1} MiB",
         median(version)
     );
+    let mut turns = turns.into_iter();
     println!(
         "headless turn      {:>8.2?}    {all_rss:.1} MiB (largest child so far: the turns, or git)",
-        median(turn)
+        median(turns.next().unwrap_or_default())
     );
+    if let (Some(path), Some(turn)) = (&baseline, turns.next()) {
+        println!("baseline turn      {:>8.2?}    ({path})", median(turn));
+    }
+}
+
+/// One headless two-request turn of `binary` in `repo`: its wall time.
+fn turn_of(binary: &str, repo: &std::path::Path, home: &std::path::Path) -> Duration {
+    let t = Instant::now();
+    let out = Command::new(binary)
+        .args([
+            "-p",
+            "write hi to out.txt",
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "accept-edits",
+        ])
+        .current_dir(repo)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join("cfg"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("MOCK_KEY", "k")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let elapsed = t.elapsed();
+    assert!(
+        out.status.success(),
+        "{binary}: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(repo.join("out.txt").exists());
+    elapsed
 }

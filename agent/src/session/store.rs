@@ -386,6 +386,7 @@ impl SessionWriter {
             anvil_version: env!("CARGO_PKG_VERSION").to_string(),
         };
         writer.append(&started)?;
+        sync_creation_in_background(&writer.file);
         let mut loaded = LoadedSession {
             path: writer.path.clone(),
             state: SessionState::default(),
@@ -507,6 +508,19 @@ impl SessionWriter {
     /// as a full disk's does).
     pub(crate) fn write_to(&mut self, file: File) {
         self.file = file;
+    }
+}
+
+/// Makes a new session file's creation durable off the critical path: the first sync of a
+/// new file commits its creation (the journal's metadata), which on a disk costs several times
+/// a later sync. Started as soon as the file exists, it runs while the first model request is
+/// in flight, so the first synced `tool_started` finds it done and pays only for its own
+/// bytes. Best effort: a failure here is found again, and reported, by that synced append.
+fn sync_creation_in_background(file: &File) {
+    if let Ok(file) = file.try_clone() {
+        std::thread::spawn(move || {
+            let _ = file.sync_all();
+        });
     }
 }
 
