@@ -220,6 +220,12 @@ impl Agent {
         self.writer.as_ref().map(|w| w.id())
     }
 
+    /// Whether the session file could not be written (a full disk): the turn that found it
+    /// ended `failed`, and the file holds everything up to that point and nothing after.
+    pub fn session_unwritten(&self) -> bool {
+        self.writer.as_ref().is_some_and(|w| w.has_failed())
+    }
+
     /// The session file, when the session is kept in one.
     pub fn session_path(&self) -> Option<&std::path::Path> {
         self.writer.as_ref().map(|w| w.path())

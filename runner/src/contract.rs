@@ -137,6 +137,11 @@ pub struct HeadlessResult {
     /// The provider's stop reason (`protocol_stopped` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The session file could not be written (a full disk), which ended the turn `failed`:
+    /// the harness's failure, not the model's (an eval trial records it as an infrastructure
+    /// error).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub session_unwritten: bool,
     /// The session the turn was kept in (`anvil -p --resume ID` continues it); `None` when
     /// the turn kept no session file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -243,6 +248,7 @@ mod tests {
             error: None,
             retryable: None,
             reason: None,
+            session_unwritten: false,
             session_id: None,
         }
     }
@@ -275,6 +281,13 @@ mod tests {
             HeadlessResult {
                 outcome: HeadlessOutcome::ProtocolStopped,
                 reason: Some("pause_turn".into()),
+                ..result()
+            },
+            HeadlessResult {
+                outcome: HeadlessOutcome::Failed,
+                error: Some("the session could not be written: No space left on device".into()),
+                retryable: Some(false),
+                session_unwritten: true,
                 ..result()
             },
         ] {

@@ -3,6 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -238,9 +239,26 @@ impl SessionStore {
         Ok(found)
     }
 
-    /// The most recently written session of `cwd`.
+    /// The most recently written session file of `cwd`, chosen by modification time alone:
+    /// nothing is loaded here, so a newest file that does not load is the one the caller
+    /// loads and refuses (naming its line), never silently passed over for an older one.
     pub fn latest(&self, cwd: &Path) -> Result<Option<PathBuf>, SessionError> {
-        Ok(self.list(cwd)?.into_iter().next().map(|s| s.path))
+        let dir = self.dir_for(cwd);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&dir)(e)),
+        };
+        let newest = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?; // does not follow a symlink
+                meta.is_file()
+                    .then(|| (meta.modified().unwrap_or(UNIX_EPOCH), e.path()))
+            })
+            .max();
+        Ok(newest.map(|(_, path)| path))
     }
 }
 
@@ -255,6 +273,27 @@ fn started_in(path: &Path) -> Option<String> {
         Record::SessionStarted { cwd, .. } => Some(cwd),
         _ => None,
     }
+}
+
+/// The bytes of the regular file at `path`. Anything else — a FIFO (opened without blocking,
+/// so it cannot hang the reader), a device such as `/dev/zero` (endless), a directory — is
+/// refused before a byte is read.
+fn read_regular(path: &Path) -> Result<Vec<u8>, SessionError> {
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(io(path))?;
+    let meta = file.metadata().map_err(io(path))?;
+    if !meta.is_file() {
+        return Err(io(path)(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes).map_err(io(path))?;
+    Ok(bytes)
 }
 
 /// A fresh session id: a random UUID (v4), as the file name.
@@ -358,9 +397,20 @@ impl SessionWriter {
         redactor: Option<Arc<Redactor>>,
     ) -> Result<(SessionWriter, LoadedSession), SessionError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            // A conversation is private: directories 0700 and files 0600, whatever the umask
+            // (a session can hold what the redactor does not know to be secret).
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(io(dir))?;
         }
-        let file = match OpenOptions::new().create_new(true).append(true).open(path) {
+        let file = match OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .mode(0o600)
+            .open(path)
+        {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(SessionError::Exists {
@@ -386,7 +436,7 @@ impl SessionWriter {
             anvil_version: env!("CARGO_PKG_VERSION").to_string(),
         };
         writer.append(&started)?;
-        sync_creation_in_background(&writer.file);
+        sync_creation_in_background(&writer.path);
         let mut loaded = LoadedSession {
             path: writer.path.clone(),
             state: SessionState::default(),
@@ -446,6 +496,11 @@ impl SessionWriter {
             failed: None,
         };
         Ok((writer, loaded))
+    }
+
+    /// Whether an append failed (after which nothing more is appended).
+    pub fn has_failed(&self) -> bool {
+        self.failed.is_some()
     }
 
     pub fn id(&self) -> &str {
@@ -515,13 +570,16 @@ impl SessionWriter {
 /// new file commits its creation (the journal's metadata), which on a disk costs several times
 /// a later sync. Started as soon as the file exists, it runs while the first model request is
 /// in flight, so the first synced `tool_started` finds it done and pays only for its own
-/// bytes. Best effort: a failure here is found again, and reported, by that synced append.
-fn sync_creation_in_background(file: &File) {
-    if let Ok(file) = file.try_clone() {
-        std::thread::spawn(move || {
+/// bytes. The file is opened anew (read-only), not duplicated: a duplicate would share the
+/// writer's lock and hold it after the writer is dropped. Best effort: a failure here is found
+/// again, and reported, by that synced append.
+fn sync_creation_in_background(path: &Path) {
+    let path = path.to_path_buf();
+    std::thread::spawn(move || {
+        if let Ok(file) = File::open(&path) {
             let _ = file.sync_all();
-        });
-    }
+        }
+    });
 }
 
 /// `entry` encoded with every known secret value replaced, and otherwise exactly as an entry
@@ -554,10 +612,18 @@ fn redact_strings(value: &mut Value, redactor: &Redactor) -> bool {
             .iter_mut()
             .map(|v| redact_strings(v, redactor))
             .fold(false, |any, changed| any | changed),
-        Value::Object(map) => map
-            .values_mut()
-            .map(|v| redact_strings(v, redactor))
-            .fold(false, |any, changed| any | changed),
+        // Keys too: a model can put a secret in an argument's name.
+        Value::Object(map) => {
+            let mut changed = false;
+            let entries = std::mem::take(map);
+            for (key, mut v) in entries {
+                changed |= redact_strings(&mut v, redactor);
+                let redacted = redactor.redact(&key);
+                changed |= redacted != key;
+                map.insert(redacted, v);
+            }
+            changed
+        }
         _ => false,
     }
 }
@@ -609,7 +675,7 @@ impl LoadedSession {
 /// the end of the file) is a crash mid-write and is left out; any other line that does not
 /// read — malformed, out of sequence, from a newer format — refuses the whole file.
 pub fn load(path: &Path) -> Result<LoadedSession, SessionError> {
-    let bytes = std::fs::read(path).map_err(io(path))?;
+    let bytes = read_regular(path)?;
     let (whole, torn) = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(end) => bytes.split_at(end + 1),
         None => bytes.split_at(0),

@@ -358,6 +358,13 @@ fn known_secret_values_never_reach_the_file() {
         arguments: json!({"command": format!("curl -H 'Authorization: {secret}'")}),
     })
     .unwrap();
+    // A secret as an argument's name (a model echoing it) is a key, not a value.
+    w.append(&Record::ToolStarted {
+        call_id: "c2".into(),
+        name: "bash".into(),
+        arguments: json!({ secret: "1", "command": "true" }),
+    })
+    .unwrap();
     let text = std::fs::read_to_string(w.path()).unwrap();
     assert!(!text.contains(secret), "{text}");
     assert!(text.contains("[REDACTED:OPENAI_API_KEY]"), "{text}");
@@ -1020,4 +1027,49 @@ async fn old_tool_results_are_cleared_past_the_soft_threshold_and_reload_the_sam
     }
     assert!(cleared > 3_000, "{cleared}");
     assert_eq!(load(&path).unwrap().messages, a.messages());
+}
+
+#[test]
+fn sessions_are_private_to_their_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch();
+    let (w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(w.path()), 0o600);
+    assert_eq!(mode(w.path().parent().unwrap()), 0o700);
+}
+
+#[test]
+fn the_latest_session_is_the_newest_file_even_when_it_does_not_load() {
+    let dir = scratch();
+    let s = store(dir.path());
+    let (old, _) = s.create(cwd(), "m", None).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let (new, _) = s.create(cwd(), "m", None).unwrap();
+    let newest = new.path().to_path_buf();
+    drop((old, new));
+    append_line(&newest, "{corrupt\n");
+    append_line(&newest, "{\"v\":1}\n");
+    // Not passed over for the older one: the caller loads it and refuses it by its line.
+    assert_eq!(s.latest(cwd()).unwrap(), Some(newest.clone()));
+    assert!(matches!(
+        load(&newest),
+        Err(SessionError::Malformed { line: 2, .. })
+    ));
+}
+
+#[test]
+fn a_fifo_or_a_device_is_refused_without_reading_it() {
+    let dir = scratch();
+    let s = store(dir.path());
+    let sessions = s.dir_for(cwd());
+    std::fs::create_dir_all(&sessions).unwrap();
+    let fifo = sessions.join("fifo.jsonl");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", sessions.join("zero.jsonl")).unwrap();
+    // Neither hangs nor reads forever.
+    assert!(load(&fifo).is_err());
+    assert!(load(&sessions.join("zero.jsonl")).is_err());
+    assert!(s.list(cwd()).unwrap().is_empty());
+    assert_eq!(s.latest(cwd()).unwrap(), None);
 }

@@ -78,6 +78,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         .map(|m| m.text())
         .unwrap_or_default();
     let session_id = session.agent.session_id().map(str::to_string);
+    let session_unwritten = session.agent.session_unwritten();
     drop(session.agent); // closes the event channel (the renderer drains and ends) and the session file
     ctrl_c.abort();
     let summary = renderer.await.unwrap_or_default();
@@ -132,6 +133,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 error,
                 retryable,
                 reason,
+                session_unwritten,
                 session_id,
             };
             match serde_json::to_string(&result) {

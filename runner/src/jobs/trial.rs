@@ -139,6 +139,8 @@ pub enum AgentOutcomeError {
         outcome: String,
         error: String,
     },
+    #[error("the agent's transcript could not be written: {error}")]
+    TranscriptUnwritten { error: String },
     #[error("provider unreachable after retries: {error}")]
     ProviderUnreachable { error: String },
     #[error("the agent exited {code} after a turn that ended {outcome}: {error}")]
@@ -670,6 +672,14 @@ impl AgentTrials {
             | exit::REFUSED
             | exit::PROTOCOL_STOPPED => {}
             exit::FAILED => {
+                // A transcript that could not be written (a full disk, perhaps filled by
+                // another trial) stopped the turn: the harness's failure, never the model's.
+                if result.session_unwritten {
+                    return Err(AgentOutcomeError::TranscriptUnwritten {
+                        error: result.error.unwrap_or_default(),
+                    }
+                    .into());
+                }
                 if result.retryable == Some(true) {
                     return Err(AgentOutcomeError::ProviderUnreachable {
                         error: result.error.unwrap_or_default(),

@@ -431,6 +431,10 @@ async fn a_full_disk_fails_the_turn_naming_the_file_and_leaves_a_whole_prefix_th
         "{error}"
     );
     assert_eq!(
+        result["session_unwritten"], true,
+        "the harness's failure is marked as such (a trial records it as infra): {result}"
+    );
+    assert_eq!(
         served.load(Ordering::SeqCst),
         1,
         "nothing asked after the failure"
