@@ -26,6 +26,11 @@ pub enum SessionError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "session file {path} was replaced or removed while in use, so the session stopped \
+         being written (the turn ends here)"
+    )]
+    Replaced { path: PathBuf },
     #[error("session file {path}, line {line}: not a session record ({reason})")]
     Malformed {
         path: PathBuf,
@@ -553,7 +558,26 @@ impl SessionWriter {
         }
         self.len += line.len() as u64;
         self.next_seq += 1;
+        // Before a side effect, the file written must still be the one at the path: a file
+        // replaced under a live session (`sed -i`, a sync tool) would take every later record
+        // with the unlinked inode, silently.
+        if record.is_synced() && !self.still_at_path() {
+            let error = SessionError::Replaced {
+                path: self.path.clone(),
+            };
+            self.failed = Some(error.to_string());
+            return Err(error);
+        }
         Ok(())
+    }
+
+    /// Whether the open file is still the file at the session's path (same device and inode).
+    fn still_at_path(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match (self.file.metadata(), std::fs::metadata(&self.path)) {
+            (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+            _ => false,
+        }
     }
 }
 

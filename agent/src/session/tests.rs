@@ -1073,3 +1073,30 @@ fn a_fifo_or_a_device_is_refused_without_reading_it() {
     assert!(s.list(cwd()).unwrap().is_empty());
     assert_eq!(s.latest(cwd()).unwrap(), None);
 }
+
+#[test]
+fn a_file_replaced_under_a_live_session_stops_it_before_the_side_effect() {
+    let dir = scratch();
+    let (mut w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    let path = w.path().to_path_buf();
+    // What `sed -i` does: a new file renamed over the old one.
+    let copy = path.with_extension("tmp");
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::rename(&copy, &path).unwrap();
+    let started = w.append(&Record::ToolStarted {
+        call_id: "c1".into(),
+        name: "bash".into(),
+        arguments: json!({"command": "true"}),
+    });
+    assert!(
+        matches!(started, Err(SessionError::Replaced { .. })),
+        "{started:?}"
+    );
+    assert!(w.has_failed());
+    assert!(
+        w.append(&Record::MessageAppended {
+            message: Message::user_text("more")
+        })
+        .is_err()
+    );
+}
