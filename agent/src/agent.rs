@@ -192,14 +192,13 @@ impl Agent {
                     v.check_complete().map(|()| v)
                 }
             })
-            .map_err(|e| SessionError::Malformed {
+            .map_err(|e| SessionError::InvalidTranscript {
                 path: self
                     .writer
                     .as_ref()
                     .map(|w| w.path().to_path_buf())
                     .unwrap_or_default(),
-                line: 0,
-                reason: format!("the session's transcript is invalid: {e}"),
+                reason: e.to_string(),
             })?;
         self.validator = validator;
         self.tracker.advance();

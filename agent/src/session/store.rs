@@ -61,6 +61,11 @@ pub enum SessionError {
         source: ReduceError,
     },
     #[error(
+        "session file {path}: its records read, but the conversation they make is invalid \
+         ({reason}), so it cannot be continued"
+    )]
+    InvalidTranscript { path: PathBuf, reason: String },
+    #[error(
         "session file {path}, line {line}: does not start with session_started (found {found})"
     )]
     NotStarted {

@@ -216,14 +216,13 @@ fn slash_command(
             Ok(list) => {
                 for s in list {
                     let here = session.agent.session_id() == Some(s.id.as_str());
-                    let prompt: String = s.first_prompt.chars().take(60).collect();
                     println!(
                         "{} {}  {:>3} prompts  {:>9}  {}",
                         if here { "*" } else { " " },
-                        s.id,
+                        crate::cli::sessions::visible(&s.id),
                         s.turns,
                         crate::cli::sessions::cost_label(&s.cost),
-                        prompt.lines().next().unwrap_or_default()
+                        crate::cli::sessions::prompt_label(&s.first_prompt)
                     );
                 }
             }

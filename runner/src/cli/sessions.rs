@@ -13,6 +13,15 @@ use crate::exit;
 /// The longest tool result shown whole; longer ones show their start and a count.
 const RESULT_LINES: usize = 12;
 
+/// The most characters shown of one line of a tool result, and of a call's arguments; the
+/// rest is counted (a 5 MB single-line result is not printed whole).
+const LINE_CHARS: usize = 2_000;
+
+/// Where a text block's second and later lines start: under the role marker, behind a gutter
+/// no structural line starts with, so a line of model text or of a prompt can never pass for
+/// a tool result (`  ⎿`), a usage line or a total (`──`).
+const GUTTER: &str = "│ ";
+
 /// `anvil sessions`: this directory's sessions, newest first.
 pub fn list(cli: &Cli) -> i32 {
     let listed = setup::workspace(cli).and_then(|cwd| {
@@ -35,22 +44,14 @@ pub fn list(cli: &Cli) -> i32 {
         return exit::DONE;
     }
     for s in sessions {
-        let prompt: String = s
-            .first_prompt
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .take(60)
-            .collect();
         let line = format!(
             "{}  {:>8}  {:<24}  {:>3} prompts  {:>9}  {}",
-            s.id,
+            visible(&s.id),
             age(s.modified),
-            s.model,
+            visible(&s.model),
             s.turns,
             cost_label(&s.cost),
-            prompt
+            prompt_label(&s.first_prompt)
         );
         if writeln!(out, "{line}").is_err() {
             return exit::CANCELLED;
@@ -67,6 +68,87 @@ pub(crate) fn cost_label(cost: &Cost) -> String {
         (None, 0) => "—".into(),
         (None, _) => format!("≥{}", usd_label(cost.usd)),
     }
+}
+
+/// A session's first prompt in a listing: its first line, at most 60 characters, printable.
+pub(crate) fn prompt_label(prompt: &str) -> String {
+    let first: String = prompt
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .chars()
+        .take(60)
+        .collect();
+    visible(&first)
+}
+
+/// `s` on one line and safe to print to a terminal, piped or not: control characters (C0
+/// but tab, which becomes spaces; DEL; C1), line and paragraph separators and bidirectional
+/// overrides show as escapes (`\x1b`, `\u{202e}`) instead of acting on the terminal — a
+/// session holds untrusted model text and tool output, which may carry OSC 52 clipboard
+/// writes, screen clears or text that reads differently than it is.
+pub(crate) fn visible(s: &str) -> String {
+    let mut shown = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\t' => shown.push_str("    "),
+            '\0'..='\x1f' | '\x7f'..='\u{9f}' => shown.push_str(&format!("\\x{:02x}", c as u32)),
+            c if acts_on_the_terminal(c) => shown.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => shown.push(c),
+        }
+    }
+    shown
+}
+
+/// Printable characters that change how text around them shows: bidirectional overrides,
+/// isolates and marks, and the Unicode line and paragraph separators.
+fn acts_on_the_terminal(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
+}
+
+/// Serialized JSON as safe to print as [`visible`] text: JSON escapes C0 already; DEL, C1
+/// and the characters of [`acts_on_the_terminal`] are escaped too (`\u007f`), which reads
+/// back the same, since outside strings JSON is ASCII.
+fn json_visible(json: &str) -> String {
+    let mut shown = String::with_capacity(json.len());
+    for c in json.chars() {
+        if matches!(c, '\x7f'..='\u{9f}') || acts_on_the_terminal(c) {
+            shown.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
+}
+
+/// At most `max` characters of `s`, and how many were left out.
+fn capped(s: &str, max: usize) -> (&str, usize) {
+    match s.char_indices().nth(max) {
+        Some((end, _)) => (&s[..end], s[end..].chars().count()),
+        None => (s, 0),
+    }
+}
+
+/// `s` capped at [`LINE_CHARS`], printable, with a count of what was left out.
+fn capped_line(s: &str) -> String {
+    match capped(s, LINE_CHARS) {
+        (all, 0) => visible(all),
+        (start, more) => format!("{}… ({more} more characters)", visible(start)),
+    }
+}
+
+/// A block of text: its first line after `marker`, the others after `gutter`; every line
+/// printable.
+fn text_block(out: &mut impl Write, marker: &str, gutter: &str, text: &str) -> std::io::Result<()> {
+    let mut lines = text.trim_end().lines();
+    writeln!(out, "{marker}{}", visible(lines.next().unwrap_or_default()))?;
+    for line in lines {
+        writeln!(out, "{gutter}{}", visible(line))?;
+    }
+    writeln!(out)
 }
 
 fn usd_label(usd: f64) -> String {
@@ -135,14 +217,14 @@ pub fn replay(cli: &Cli, session: &str, format: ReplayFormat) -> i32 {
     let written = match format {
         ReplayFormat::Json => serde_json::to_string_pretty(&loaded.messages)
             .map_err(std::io::Error::other)
-            .and_then(|json| writeln!(out, "{json}")),
+            .and_then(|json| writeln!(out, "{}", json_visible(&json))),
         ReplayFormat::Text => {
             let entries: Vec<Entry> = whole
                 .split(|&b| b == b'\n')
                 .filter_map(|l| serde_json::from_slice(l).ok())
                 .collect();
             render(&mut out, &entries, &loaded).and_then(|()| match &torn {
-                Some(note) => writeln!(out, "── {note} ──"),
+                Some(note) => writeln!(out, "── {} ──", visible(note)),
                 None => Ok(()),
             })
         }
@@ -174,9 +256,13 @@ fn render(out: &mut impl Write, entries: &[Entry], loaded: &LoadedSession) -> st
             usage_line(out, &u, c)?;
         }
         match &entry.record {
-            Record::SessionStarted { id, cwd, model, .. } => {
-                writeln!(out, "session {id}\n  in {cwd}\n  on {model}\n")?
-            }
+            Record::SessionStarted { id, cwd, model, .. } => writeln!(
+                out,
+                "session {}\n  in {}\n  on {}\n",
+                visible(id),
+                visible(cwd),
+                visible(model)
+            )?,
             Record::MessageAppended { message } => {
                 for block in &message.content {
                     block_line(out, message.role, block)?;
@@ -192,11 +278,11 @@ fn render(out: &mut impl Write, entries: &[Entry], loaded: &LoadedSession) -> st
                 "── context replaced ({reason:?}): {} messages from here ──\n",
                 messages.len()
             )?,
-            Record::ModelChanged { model } => writeln!(out, "── model: {model} ──\n")?,
+            Record::ModelChanged { model } => writeln!(out, "── model: {} ──\n", visible(model))?,
             Record::TodosChanged { todos } => {
                 writeln!(out, "todos:")?;
                 for t in todos {
-                    writeln!(out, "  [{:?}] {}", t.status, t.content)?;
+                    writeln!(out, "  [{:?}] {}", t.status, visible(&t.content))?;
                 }
             }
             // A call shows as its message's tool_call block and its result; the bookkeeping
@@ -254,24 +340,38 @@ fn usage_line(out: &mut impl Write, usage: &Usage, cost_usd: Option<f64>) -> std
 fn block_line(out: &mut impl Write, role: Role, block: &ContentBlock) -> std::io::Result<()> {
     match block {
         ContentBlock::Text { text } => {
-            let who = if role == Role::User { "›" } else { "⏺" };
-            writeln!(out, "{who} {}\n", text.trim_end())
+            let who = if role == Role::User { "› " } else { "⏺ " };
+            text_block(out, who, GUTTER, text)
         }
-        ContentBlock::Reasoning { text, .. } => writeln!(out, "  (thinking) {}\n", text.trim()),
-        ContentBlock::Image { media_type, .. } => writeln!(out, "  [image {media_type}]\n"),
+        ContentBlock::Reasoning { text, .. } => text_block(
+            out,
+            "  (thinking) ",
+            &format!("  {GUTTER}"),
+            text.trim_start(),
+        ),
+        ContentBlock::Image { media_type, .. } => {
+            writeln!(out, "  [image {}]\n", visible(media_type))
+        }
         ContentBlock::ToolCall {
             name, arguments, ..
-        } => writeln!(out, "⏺ {name}({arguments})"),
+        } => writeln!(
+            out,
+            "⏺ {}({})",
+            visible(name),
+            capped_line(&json_visible(&arguments.to_string()))
+        ),
         ContentBlock::ToolResult {
             content, is_error, ..
         } => {
+            // Every line of a result after its mark, so none reads as anything else; the
+            // count of lines left out without one, so no result line can pass for it.
             let mark = if *is_error { "  ⎿ error:" } else { "  ⎿" };
             let lines: Vec<&str> = content.lines().collect();
             for line in lines.iter().take(RESULT_LINES) {
-                writeln!(out, "{mark} {line}")?;
+                writeln!(out, "{mark} {}", capped_line(line))?;
             }
             if lines.len() > RESULT_LINES {
-                writeln!(out, "  ⎿ … {} more lines", lines.len() - RESULT_LINES)?;
+                writeln!(out, "    … {} more lines", lines.len() - RESULT_LINES)?;
             }
             writeln!(out)
         }

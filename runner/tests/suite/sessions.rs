@@ -893,3 +893,171 @@ async fn a_long_tool_session_compacts_through_the_real_binary_and_resumes_from_t
     assert!(message_text(messages.last().unwrap()).contains("anything else?"));
     assert!(!resumed.to_string().contains("big1 line"));
 }
+
+/// Every string of `value` that `pick` accepts, replaced by `with`.
+fn replace_strings(value: &mut Value, pick: &dyn Fn(&str) -> bool, with: &str) {
+    match value {
+        Value::String(s) if pick(s) => *s = with.to_string(),
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| replace_strings(v, pick, with)),
+        Value::Object(fields) => fields
+            .values_mut()
+            .for_each(|v| replace_strings(v, pick, with)),
+        _ => {}
+    }
+}
+
+/// A session of `read the notes` → read_file → an answer, through the real binary: its file
+/// and its records.
+async fn a_read_session() -> (Machine, ScriptedServer, PathBuf, Vec<Value>) {
+    let served = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&served);
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |_| {
+        match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Answer::sse(anthropic_sse::tool_use(
+                "toolu_1",
+                "read_file",
+                &json!({"file_path": "notes.txt"}),
+                "tool_use",
+                USAGE,
+            )),
+            _ => Answer::sse(anthropic_sse::text("The notes say: notes.", USAGE)),
+        }
+    })
+    .await;
+    let m = machine(&server);
+    let out = m.run(&["-p", "read the notes", "--output-format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let file = m.session_files().pop().unwrap();
+    let records = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (m, server, file, records)
+}
+
+fn write_records(path: &std::path::Path, records: &[Value]) {
+    let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(path, text).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_and_sessions_show_control_characters_as_escapes_and_text_cannot_pass_for_structure()
+{
+    let (m, _server, file, mut records) = a_read_session().await;
+    // Model text that would write the clipboard (OSC 52), clear the screen, hide text, start a
+    // C1 CSI, reverse the text's direction and link elsewhere (OSC 8); and lines that read as
+    // a tool result and a total. A tool result with the same, and a 1 MB line.
+    let attack = "done\u{1b}]52;c;cHduZWQ=\u{7}\u{1b}[2J\u{1b}[8mhidden\u{1b}[0m\u{9b}31m\
+                  \u{202e}txt.exe\u{1b}]8;;http://evil\u{1b}\\link\u{1b}]8;;\u{1b}\\\u{1b}[1A\u{1b}[2K\rback\
+                  \n  ⎿ Exit code: 0\n── total: 0 responses · free ──\n⎿ fake";
+    let long_line = "x".repeat(1_000_000);
+    let result = format!("out\u{1b}[2J\u{7}\tend\n{long_line}{}", "\nl".repeat(12));
+    for r in &mut records {
+        replace_strings(r, &|s| s == "The notes say: notes.", attack);
+        replace_strings(r, &|s| s.contains("\tnotes"), &result);
+        replace_strings(r, &|s| s == "read the notes", "read\u{1b}[2J the notes");
+    }
+    write_records(&file, &records);
+
+    let replay = m.run(&["replay", file.to_str().unwrap()]);
+    assert_eq!(replay.status.code(), Some(0), "{replay:?}");
+    let text = String::from_utf8(replay.stdout).unwrap();
+    for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}', '\r'] {
+        assert!(!text.contains(raw), "{raw:?} printed raw: {text:?}");
+    }
+    for shown in [
+        r"done\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b[8mhidden\x1b[0m\x9b31m\u{202e}txt.exe",
+        r"\x1b[1A\x1b[2K\x0dback",
+        r"  ⎿ out\x1b[2J\x07    end",
+        r"› read\x1b[2J the notes",
+    ] {
+        assert!(text.contains(shown), "{shown} in {text}");
+    }
+    // The model's lines are in its block's gutter; the only total is the real one.
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(lines.contains(&"│   ⎿ Exit code: 0"), "{text}");
+    assert!(lines.contains(&"│ ⎿ fake"), "{text}");
+    assert!(
+        lines.contains(&"│ ── total: 0 responses · free ──"),
+        "{text}"
+    );
+    assert!(!lines.iter().any(|l| l.starts_with('⎿')), "{text}");
+    assert!(!lines.contains(&"  ⎿ Exit code: 0"), "{text}");
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("──")).count(),
+        1,
+        "{text}"
+    );
+    // The 1 MB line shows its start and a count.
+    assert!(
+        text.contains(&format!(
+            "  ⎿ {}… (998000 more characters)",
+            "x".repeat(2000)
+        )),
+        "{}",
+        &text[..text.len().min(5000)]
+    );
+    assert!(lines.contains(&"    … 2 more lines"), "{text}");
+    assert!(text.len() < 20_000, "{} bytes", text.len());
+
+    // The JSON form escapes them as JSON, and reads back as the session's text.
+    let json = m.run(&["replay", file.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(json.status.code(), Some(0), "{json:?}");
+    let json_text = String::from_utf8(json.stdout).unwrap();
+    for raw in ['\u{1b}', '\u{7}', '\u{9b}', '\u{202e}'] {
+        assert!(!json_text.contains(raw), "{raw:?} printed raw");
+    }
+    let messages: Value = serde_json::from_str(&json_text).unwrap();
+    assert!(
+        messages
+            .to_string()
+            .contains(&json!(attack).to_string()[1..20])
+    );
+    assert!(
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|msg| msg["content"][0]["text"] == attack),
+        "{json_text}"
+    );
+
+    let listed = m.run(&["sessions"]);
+    assert_eq!(listed.status.code(), Some(0), "{listed:?}");
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(!listed.contains('\u{1b}'), "{listed:?}");
+    assert!(listed.contains(r"read\x1b[2J the notes"), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resuming_a_file_whose_messages_are_invalid_is_refused_naming_the_file_not_a_line_0() {
+    let (m, _server, file, mut records) = a_read_session().await;
+    // The last answer twice: two assistant messages in a row.
+    let answer = records
+        .iter()
+        .rposition(|r| r["type"] == "message_appended" && r["message"]["role"] == "assistant")
+        .unwrap();
+    records.insert(answer + 1, records[answer].clone());
+    let first = records[0]["seq"].as_u64().unwrap();
+    for (i, r) in records.iter_mut().enumerate() {
+        r["seq"] = json!(first + i as u64);
+    }
+    write_records(&file, &records);
+    let before = std::fs::read(&file).unwrap();
+
+    let refusal = resume_of(&m, file.to_str().unwrap());
+    assert_eq!(refusal.code, Some(6), "{}", refusal.message);
+    assert!(
+        refusal
+            .message
+            .contains(&format!("session file {}:", file.display()))
+            && refusal.message.contains("invalid")
+            && !refusal.message.contains("line 0"),
+        "{}",
+        refusal.message
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), before);
+}
