@@ -48,7 +48,7 @@ Examples:
   anvil-evals grade --task evals/tasks/py-fix-median --workspace /tmp/trial-3/workspace --json
   anvil-evals report results.jsonl -k 1,3,5
   anvil-evals report results.jsonl --baseline last-week.jsonl --format html -o report.html
-  anvil-evals report bundle/records.jsonl --format html -o bundle/report.html
+  anvil-evals report bundle/sweep-20261130-120000-ab12/records.jsonl --format html -o bundle/sweep-20261130-120000-ab12/report.html
   anvil-evals workspaces list --workspaces /dev/shm/anvil-trials    # kept by --keep-workspaces
 
 The queue defaults to a SQLite file (anvil.db in the data dir); give --queue postgres://… to
@@ -100,12 +100,15 @@ enum Command {
         /// --with-sessions).
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Copy each trial's transcript into DIR as <task>/<model>/<file>, and write the records
-        /// with session_path relative to the records file. A transcript that is not on this
-        /// machine (a worker elsewhere ran the trial) is named on stderr and its record keeps
-        /// its original path; the export still exits 0, with the count. One already in DIR
-        /// (exported there on the machine that has it) is used: export into the same DIR on
-        /// each machine to collect them all.
+        /// Copy each trial's transcript (only from the sweep's artifact directory) into DIR as
+        /// <sweep>/<task>/<model>/<file>, and write the records (default
+        /// DIR/<sweep>/records.jsonl) with session_path relative to the records file. A
+        /// transcript that is not on this machine (a worker elsewhere ran the trial) is named
+        /// on stderr and its record keeps its original path; the export still exits 0, with
+        /// the count. One already in DIR (exported there on the machine that has it) is used if
+        /// it is a regular file that loads as a session: export into the same DIR on each
+        /// machine to collect them all. Such a file is trusted only as far as DIR is. Symlinks
+        /// in DIR and files there with other content are refused, never written through.
         #[arg(long, value_name = "DIR")]
         with_sessions: Option<PathBuf>,
     },

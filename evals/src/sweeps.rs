@@ -528,9 +528,27 @@ pub async fn export(
 ) -> Result<ExitCode> {
     let records = sweep_records(queue, sweep).await?;
     if let Some(dir) = with_sessions {
-        let done = crate::bundle::bundle(sweep, &records, dir, output)?;
+        // The transcripts are copied only from where the sweep keeps them: its recorded
+        // artifact directory (a sweep from before those were recorded: this machine's rule).
+        let (db, _) = open_existing(queue, 2).await?;
+        let recorded = match db.sweep(sweep).await? {
+            Some(row) => SweepSpec::from_row(&row)?.artifacts,
+            None => None,
+        };
+        let artifacts = match recorded {
+            Some(dir) => dir,
+            None => transcripts::artifacts(
+                &transcripts::root(None)
+                    .ok_or_else(|| anyhow!("no data directory to find the transcripts in"))?,
+                sweep,
+            ),
+        };
+        let done = crate::bundle::bundle(sweep, &artifacts, &records, dir, output)?;
         for missing in &done.missing {
             eprintln!("anvil-evals: transcript not on this machine: {missing}");
+        }
+        for refused in &done.refused {
+            eprintln!("anvil-evals: transcript not copied: {refused}");
         }
         let mut line = format!(
             "wrote {} trial records to {}; {} transcripts copied into {}",
@@ -546,6 +564,12 @@ pub async fn export(
             line.push_str(&format!(
                 "; {} not on this machine (their records keep the original path)",
                 done.missing.len()
+            ));
+        }
+        if !done.refused.is_empty() {
+            line.push_str(&format!(
+                "; {} refused (their records keep the original path)",
+                done.refused.len()
             ));
         }
         eprintln!("{line}");

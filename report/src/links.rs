@@ -4,16 +4,21 @@
 use std::path::{Component, Path, PathBuf};
 
 /// `to` relative to the directory `from`, both absolute (or both relative to one directory):
-/// `..` for each component of `from` past their common prefix, then the rest of `to`. `None`
-/// when one is absolute and the other is not.
+/// `..` for each component of `from` past their common prefix, then the rest of `to`. Both are
+/// first [`normalize`]d. `None` when one is absolute and the other is not, or when `from`
+/// still climbs (`..`) past their common prefix, which no relative path can undo.
 pub fn relative(from: &Path, to: &Path) -> Option<PathBuf> {
     if from.is_absolute() != to.is_absolute() {
         return None;
     }
-    let keep = |c: &Component| !matches!(c, Component::CurDir);
-    let from: Vec<Component> = from.components().filter(keep).collect();
-    let to: Vec<Component> = to.components().filter(keep).collect();
+    let from = normalize(from);
+    let to = normalize(to);
+    let from: Vec<Component> = from.components().collect();
+    let to: Vec<Component> = to.components().collect();
     let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    if from[common..].contains(&Component::ParentDir) {
+        return None;
+    }
     let mut out = PathBuf::new();
     for _ in common..from.len() {
         out.push("..");
@@ -22,6 +27,27 @@ pub fn relative(from: &Path, to: &Path) -> Option<PathBuf> {
         out.push(c.as_os_str());
     }
     Some(out)
+}
+
+/// `path` with `.` left out and each `..` taking away the component before it (lexically: a
+/// `..` after a symlink is not followed back; resolve such a path on the disk instead). A `..`
+/// at the root stays at the root; one at the start of a relative path is kept.
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out: Vec<Component> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            _ => out.push(c),
+        }
+    }
+    out.iter().map(|c| c.as_os_str()).collect()
 }
 
 /// `path` as an `href`: relative to `base` (the directory the report is written to) when
@@ -76,6 +102,18 @@ mod tests {
             Some("t/0.jsonl")
         );
         assert_eq!(rel("/r", "t/0.jsonl"), None);
+        // `..` is resolved, not taken as a name.
+        assert_eq!(
+            rel("/r/a/../x", "/r/b/0.jsonl").as_deref(),
+            Some("../b/0.jsonl")
+        );
+        assert_eq!(
+            rel("/r/x", "/r/x/../b/0.jsonl").as_deref(),
+            Some("../b/0.jsonl")
+        );
+        assert_eq!(rel("/..", "/b").as_deref(), Some("b"));
+        assert_eq!(rel("../x", "b"), None);
+        assert_eq!(rel("../x", "../b").as_deref(), Some("../b"));
     }
 
     #[test]

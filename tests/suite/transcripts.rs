@@ -159,7 +159,7 @@ async fn a_timed_out_trial_keeps_its_transcript() {
     assert_eq!(reread.messages, loaded.messages);
 }
 
-/// `export --with-sessions DIR` copies every transcript into DIR and writes the records with
+/// `export --with-sessions DIR` copies every transcript into DIR/<sweep> and writes the records with
 /// paths relative to the records file; `report -o` links them relative to the report. A
 /// transcript not on this machine is named and its record keeps its path (exit 0); one already
 /// in DIR is used.
@@ -182,19 +182,21 @@ async fn export_with_sessions_gathers_records_and_transcripts() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains(&format!(
             "wrote 2 trial records to {}; 2 transcripts copied into {}",
-            bundle.join("records.jsonl").display(),
+            bundle.join("gather/records.jsonl").display(),
             bundle.display()
         )),
         "{}",
         text(&out)
     );
-    let bundled = lines(&std::fs::read_to_string(bundle.join("records.jsonl")).unwrap());
+    let bundled = lines(&std::fs::read_to_string(bundle.join("gather/records.jsonl")).unwrap());
     let originals = m.records("gather");
     assert_eq!(bundled.len(), 2);
     for (r, original) in bundled.iter().zip(&originals) {
         let model = r["model"].as_str().unwrap();
         assert_eq!(r["session_path"], format!("t1/{model}/0.jsonl"), "{r}");
-        let copy = bundle.join(r["session_path"].as_str().unwrap());
+        let copy = bundle
+            .join("gather")
+            .join(r["session_path"].as_str().unwrap());
         let source = PathBuf::from(original["session_path"].as_str().unwrap());
         assert_eq!(
             std::fs::read(&copy).unwrap(),
@@ -208,10 +210,10 @@ async fn export_with_sessions_gathers_records_and_transcripts() {
     }
 
     // The report written into the bundle links the copies, relative to itself.
-    let html = bundle.join("report.html");
+    let html = bundle.join("gather/report.html");
     let out = m.evals(&[
         "report",
-        &arg(&bundle.join("records.jsonl")),
+        &arg(&bundle.join("gather/records.jsonl")),
         "--format",
         "html",
         "-o",
@@ -257,7 +259,7 @@ async fn export_with_sessions_gathers_records_and_transcripts() {
             && err.contains("1 not on this machine (their records keep the original path)"),
         "{err}"
     );
-    let recs = lines(&std::fs::read_to_string(elsewhere.join("records.jsonl")).unwrap());
+    let recs = lines(&std::fs::read_to_string(elsewhere.join("gather/records.jsonl")).unwrap());
     assert_eq!(recs[0]["session_path"], arg(&bad), "kept as it was");
     assert_eq!(recs[1]["session_path"], "t1/good/0.jsonl");
     // Exported again into the first bundle, which has a copy: that one is used.
@@ -275,7 +277,7 @@ async fn export_with_sessions_gathers_records_and_transcripts() {
         "{}",
         text(&out)
     );
-    let recs = lines(&std::fs::read_to_string(bundle.join("records.jsonl")).unwrap());
+    let recs = lines(&std::fs::read_to_string(bundle.join("gather/records.jsonl")).unwrap());
     assert_eq!(recs[0]["session_path"], "t1/bad/0.jsonl");
 
     // With -o elsewhere, the paths are relative to the records file.
@@ -292,7 +294,7 @@ async fn export_with_sessions_gathers_records_and_transcripts() {
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let recs = lines(&std::fs::read_to_string(&apart).unwrap());
-    assert_eq!(recs[1]["session_path"], "../bundle/t1/good/0.jsonl");
+    assert_eq!(recs[1]["session_path"], "../bundle/gather/t1/good/0.jsonl");
     assert!(
         apart
             .parent()
@@ -300,4 +302,133 @@ async fn export_with_sessions_gathers_records_and_transcripts() {
             .join(recs[1]["session_path"].as_str().unwrap())
             .is_file()
     );
+}
+
+/// `export --with-sessions` into a DIR others can write: a symlink planted at a transcript's
+/// target, at the records file or as a directory is refused and what it points at is left as
+/// it was (bytes and mode); a record naming a file outside the sweep's artifact directory
+/// gets nothing copied; a file already there with other content is not replaced; two sweeps
+/// keep separate files; `-o` through `..` gives paths that resolve.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn export_into_a_shared_dir_writes_through_nothing_planted_there() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let server = support::model_server(Duration::ZERO).await;
+    let m = Machine::new(&server, &["t1"]);
+    m.sweep("one", "good,bad");
+    m.sweep("two", "good,bad");
+    let h = m.home.path();
+    let arg = |p: &Path| p.display().to_string();
+    let shared = h.join("shared");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    // Planted: a symlink at a transcript's target, at the records file, as a directory.
+    let victim = h.join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let victim_dir = h.join("victim-dir");
+    std::fs::create_dir(&victim_dir).unwrap();
+    std::fs::create_dir_all(shared.join("one/t1/good")).unwrap();
+    symlink(&victim, shared.join("one/t1/good/0.jsonl")).unwrap();
+    symlink(&victim, shared.join("one/records.jsonl")).unwrap();
+    symlink(&victim_dir, shared.join("one/t1/bad")).unwrap();
+    let out = m.evals(&["export", "--sweep", "one", "--with-sessions", &arg(&shared)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("transcript not copied: one/t1/good#0 (attempt 1)")
+            && err.contains("transcript not copied: one/t1/bad#0 (attempt 1)")
+            && err.contains("0 transcripts copied")
+            && err.contains("2 refused"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert_eq!(mode(&victim), 0o600);
+    assert_eq!(std::fs::read_dir(&victim_dir).unwrap().count(), 0);
+    let records = shared.join("one/records.jsonl");
+    assert!(std::fs::symlink_metadata(&records).unwrap().is_file());
+    let originals = m.records("one");
+    let recs = lines(&std::fs::read_to_string(&records).unwrap());
+    assert_eq!(recs, originals, "refused: every record keeps its path");
+
+    // A record naming a file outside the sweep's artifact directory (even a transcript).
+    let outside = h.join("outside.jsonl");
+    let two = m.records("two");
+    std::fs::copy(two[0]["session_path"].as_str().unwrap(), &outside).unwrap();
+    let db = h.join("data/queue.db");
+    let forged = Command::new("sqlite3")
+        .arg(&db)
+        .arg(format!(
+            "UPDATE anvil_trials SET record = json_set(record, '$.session_path', '{}') \
+             WHERE sweep = 'two' AND model = 'bad'",
+            outside.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(forged.status.success(), "{}", text(&forged));
+    let out = m.evals(&["export", "--sweep", "two", "--with-sessions", &arg(&shared)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "transcript not copied: two/t1/bad#0 (attempt 1): {} is not where the sweep keeps",
+            outside.display()
+        )) && err.contains("1 transcripts copied"),
+        "{err}"
+    );
+    assert!(!shared.join("two/t1/bad").exists());
+    let recs = lines(&std::fs::read_to_string(shared.join("two/records.jsonl")).unwrap());
+    assert_eq!(recs[0]["session_path"], arg(&outside));
+    // The two sweeps keep separate files.
+    assert_eq!(recs[1]["session_path"], "t1/good/0.jsonl");
+    let copy = shared.join("two/t1/good/0.jsonl");
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        std::fs::read(two[1]["session_path"].as_str().unwrap()).unwrap()
+    );
+    assert_eq!(mode(&copy), 0o644);
+    assert_readable(h, &copy);
+    assert!(
+        std::fs::symlink_metadata(shared.join("one/t1/good/0.jsonl"))
+            .unwrap()
+            .is_symlink()
+    );
+
+    // `-o ../x/records.jsonl`, from a directory beside x: paths relative to x that resolve.
+    let (sub, x) = (h.join("sub"), h.join("x"));
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::create_dir_all(&x).unwrap();
+    let mut c = support::evals_command(
+        h,
+        &[
+            "export",
+            "--sweep",
+            "two",
+            "--with-sessions",
+            "../shared",
+            "-o",
+            "../x/records.jsonl",
+        ],
+    );
+    let out = c
+        .arg("--queue")
+        .arg(&db)
+        .current_dir(&sub)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let recs = lines(&std::fs::read_to_string(x.join("records.jsonl")).unwrap());
+    assert_eq!(recs[1]["session_path"], "../shared/two/t1/good/0.jsonl");
+    assert_readable(h, &x.join(recs[1]["session_path"].as_str().unwrap()));
+
+    // A file already there with other content is not replaced.
+    std::fs::write(&copy, "forged\n").unwrap();
+    let out = m.evals(&["export", "--sweep", "two", "--with-sessions", &arg(&shared)]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("transcript not copied: two/t1/good#0 (attempt 1)")
+            && err.contains("already there with other content"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&copy).unwrap(), b"forged\n");
 }
