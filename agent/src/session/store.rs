@@ -455,6 +455,7 @@ impl SessionWriter {
             records: 1,
             valid_len: writer.len,
             torn_bytes: 0,
+            unterminated: false,
             prompts: 0,
             first_prompt: None,
         };
@@ -475,7 +476,7 @@ impl SessionWriter {
         cwd: Option<&Path>,
         redactor: Option<Arc<Redactor>>,
     ) -> Result<(SessionWriter, LoadedSession), SessionError> {
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .append(true)
             .open(path)
             .map_err(io(path))?;
@@ -492,16 +493,22 @@ impl SessionWriter {
                 });
             }
         }
+        let mut len = loaded.valid_len;
         if loaded.torn_bytes > 0 {
             file.set_len(loaded.valid_len).map_err(io(path))?;
             file.sync_all().map_err(io(path))?;
+        } else if loaded.unterminated {
+            file.write_all(b"\n")
+                .and_then(|()| file.sync_all())
+                .map_err(io(path))?;
+            len += 1;
         }
         let writer = SessionWriter {
             file,
             path: path.to_path_buf(),
             id: loaded.state.id.clone(),
             next_seq: loaded.last_seq + 1,
-            len: loaded.valid_len,
+            len,
             redactor,
             failed: None,
         };
@@ -672,6 +679,8 @@ pub struct LoadedSession {
     pub valid_len: u64,
     /// Bytes of a torn final line (a crash mid-write), not applied.
     pub torn_bytes: u64,
+    /// The last record is whole but has no newline after it (resuming adds it).
+    pub unterminated: bool,
     /// User prompts in the session (user messages of text, merged ones included).
     pub prompts: usize,
     /// The first prompt's text.
@@ -704,7 +713,18 @@ impl LoadedSession {
 /// the end of the file) is a crash mid-write and is left out; any other line that does not
 /// read — malformed, out of sequence, from a newer format — refuses the whole file.
 pub fn load(path: &Path) -> Result<LoadedSession, SessionError> {
-    let bytes = read_regular(path)?;
+    let mut bytes = read_regular(path)?;
+    // A whole record that only lacks its newline (an editor, a copy) is a record, not a torn
+    // write: it is read, and resuming adds the newline instead of cutting the record off.
+    let tail_start = bytes
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |end| end + 1);
+    let unterminated =
+        tail_start < bytes.len() && serde_json::from_slice::<Entry>(&bytes[tail_start..]).is_ok();
+    if unterminated {
+        bytes.push(b'\n');
+    }
     let (whole, torn) = match bytes.iter().rposition(|&b| b == b'\n') {
         Some(end) => bytes.split_at(end + 1),
         None => bytes.split_at(0),
@@ -796,8 +816,9 @@ pub fn load(path: &Path) -> Result<LoadedSession, SessionError> {
         messages,
         last_seq,
         records,
-        valid_len: whole.len() as u64,
+        valid_len: whole.len() as u64 - u64::from(unterminated),
         torn_bytes: torn.len() as u64,
+        unterminated,
         prompts,
         first_prompt,
     })

@@ -1100,3 +1100,33 @@ fn a_file_replaced_under_a_live_session_stops_it_before_the_side_effect() {
         .is_err()
     );
 }
+
+#[test]
+fn a_whole_last_record_without_its_newline_is_kept_and_resuming_adds_the_newline() {
+    let dir = scratch();
+    let (mut w, _) = store(dir.path()).create(cwd(), "m", None).unwrap();
+    w.append(&Record::MessageAppended {
+        message: Message::user_text("one"),
+    })
+    .unwrap();
+    let path = w.path().to_path_buf();
+    drop(w);
+    // An editor or a copy dropped the final newline: the record is whole, not torn.
+    let mut bytes = std::fs::read(&path).unwrap();
+    assert_eq!(bytes.pop(), Some(b'\n'));
+    std::fs::write(&path, &bytes).unwrap();
+    let loaded = load(&path).unwrap();
+    assert_eq!((loaded.records, loaded.torn_bytes), (2, 0));
+    assert!(loaded.unterminated);
+    let (mut w, _) = SessionWriter::resume(&path, Some(cwd()), None).unwrap();
+    w.append(&Record::MessageExtended {
+        index: 0,
+        content: vec![ContentBlock::text("two")],
+    })
+    .unwrap();
+    drop(w);
+    let again = load(&path).unwrap();
+    assert_eq!(again.records, 3, "nothing was cut off");
+    assert_eq!(again.messages[0].content.len(), 2);
+    assert!(!again.unterminated);
+}
