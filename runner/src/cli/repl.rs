@@ -115,7 +115,8 @@ pub fn run(cli: Cli) -> i32 {
                 if line.is_empty() {
                     continue;
                 }
-                let _ = editor.add_history_entry(line);
+                // The history file is kept like a session: known secret values redacted.
+                let _ = editor.add_history_entry(session.redactor.redact(line));
                 if let Some(command) = line.strip_prefix('/') {
                     if !slash_command(command, &mut session, style, &rt) {
                         break;
@@ -155,6 +156,8 @@ pub fn run(cli: Cli) -> i32 {
     }
     if let Some(h) = &history {
         let _ = editor.save_history(h);
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(h, std::fs::Permissions::from_mode(0o600));
     }
     exit::DONE
 }

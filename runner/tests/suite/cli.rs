@@ -946,3 +946,33 @@ fn walk_for(dir: &std::path::Path, name: &str) -> PathBuf {
     }
     dir.join(name)
 }
+
+/// The REPL's history file is kept like a session: known secret values redacted, readable by
+/// its user alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_history_file_keeps_no_known_secret_and_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = server(vec![text_answer("Noted.")]).await;
+    let m = machine(&server);
+    let mut child = m
+        .command()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"use the key sk-mock-key-123 please\n/exit\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let history = m.home.path().join("data/anvil/history.txt");
+    let text = std::fs::read_to_string(&history).unwrap();
+    assert!(text.contains("use the key"), "{text}");
+    assert!(!text.contains("sk-mock-key-123"), "{text}");
+    let mode = std::fs::metadata(&history).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
