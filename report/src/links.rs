@@ -60,6 +60,11 @@ pub fn href(path: &str, base: Option<&Path>) -> String {
         .and_then(|b| relative(b, target))
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| path.to_string());
+    // `//host/x` would be a link to another host; as a file path it is `/host/x`.
+    let shown = match shown.strip_prefix("//") {
+        Some(_) => format!("/{}", shown.trim_start_matches('/')),
+        None => shown,
+    };
     let mut out = String::with_capacity(shown.len());
     for byte in shown.bytes() {
         match byte {
@@ -125,5 +130,14 @@ mod tests {
         );
         assert_eq!(href("/data/t/m/0.jsonl", None), "/data/t/m/0.jsonl");
         assert_eq!(href("t/m/100%.jsonl", Some(base)), "t/m/100%25.jsonl");
+        // Never a link to another host.
+        assert_eq!(
+            href("//evil.example/x.jsonl", None),
+            "/evil.example/x.jsonl"
+        );
+        assert_eq!(
+            href("///evil.example/x.jsonl", None),
+            "/evil.example/x.jsonl"
+        );
     }
 }
