@@ -224,21 +224,40 @@ impl SessionStore {
             .find(|path| path.is_file())
     }
 
-    /// `cwd`'s sessions, most recently written first. Files that do not load are left out.
+    /// `cwd`'s sessions, most recently written first. Files that do not load are left out
+    /// (see [`SessionStore::list_all`]).
     pub fn list(&self, cwd: &Path) -> Result<Vec<SessionSummary>, SessionError> {
+        self.list_all(cwd).map(|(sessions, _)| sessions)
+    }
+
+    /// `cwd`'s sessions, most recently written first, and why each `*.jsonl` file that does
+    /// not load does not (so a listing can show it instead of hiding it).
+    pub fn list_all(
+        &self,
+        cwd: &Path,
+    ) -> Result<(Vec<SessionSummary>, Vec<SessionError>), SessionError> {
         let dir = self.dir_for(cwd);
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok((Vec::new(), Vec::new()));
+            }
             Err(e) => return Err(io(&dir)(e)),
         };
         let mut found = Vec::new();
+        let mut unreadable = Vec::new();
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().is_none_or(|e| e != "jsonl") {
                 continue;
             }
-            let Ok(loaded) = load(&path) else { continue };
+            let loaded = match load(&path) {
+                Ok(l) => l,
+                Err(e) => {
+                    unreadable.push(e);
+                    continue;
+                }
+            };
             let modified = entry
                 .metadata()
                 .and_then(|m| m.modified())
@@ -246,7 +265,7 @@ impl SessionStore {
             found.push(loaded.summary(modified));
         }
         found.sort_by_key(|s| std::cmp::Reverse(s.modified));
-        Ok(found)
+        Ok((found, unreadable))
     }
 
     /// The most recently written session file of `cwd`, chosen by modification time alone:

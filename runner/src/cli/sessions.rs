@@ -27,17 +27,21 @@ pub fn list(cli: &Cli) -> i32 {
     let listed = setup::workspace(cli).and_then(|cwd| {
         let store = setup::session_store()?;
         store
-            .list(&cwd)
+            .list_all(&cwd)
             .map(|l| (cwd, l))
             .map_err(|e| setup::SetupError(e.to_string()))
     });
-    let (cwd, sessions) = match listed {
+    let (cwd, (sessions, unreadable)) = match listed {
         Ok(l) => l,
         Err(e) => {
             eprintln!("anvil: {e}");
             return exit::CONFIG;
         }
     };
+    // A file that does not load is shown, never hidden: it may be the newest session.
+    for e in &unreadable {
+        eprintln!("anvil: unreadable: {}", visible(&e.to_string()));
+    }
     let mut out = std::io::stdout().lock();
     if sessions.is_empty() {
         let _ = writeln!(out, "no sessions in {}", cwd.display());

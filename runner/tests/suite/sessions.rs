@@ -1061,3 +1061,61 @@ async fn resuming_a_file_whose_messages_are_invalid_is_refused_naming_the_file_n
     );
     assert_eq!(std::fs::read(&file).unwrap(), before);
 }
+
+/// `--continue` with a newest session that does not load refuses it by its line (exit 6) —
+/// it never forks the conversation onto an older session — and `anvil sessions` shows the
+/// unreadable file instead of hiding it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_corrupt_newest_session_is_refused_by_continue_and_shown_by_sessions() {
+    let server = ScriptedServer::in_order(
+        WireFormat::AnthropicMessages,
+        vec![
+            anthropic_sse::text("old", USAGE),
+            anthropic_sse::text("new", USAGE),
+            anthropic_sse::text("never asked", USAGE),
+        ],
+    )
+    .await;
+    let m = machine(&server);
+    let old = json_out(&m.run(&["-p", "old thread", "--output-format", "json"]));
+    std::thread::sleep(Duration::from_millis(20));
+    let new = json_out(&m.run(&["-p", "new thread", "--output-format", "json"]));
+    let newest = m
+        .session_files()
+        .into_iter()
+        .find(|p| {
+            p.to_string_lossy()
+                .contains(new["session_id"].as_str().unwrap())
+        })
+        .unwrap();
+    let text = std::fs::read_to_string(&newest).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.insert(2, "{corrupt");
+    std::fs::write(&newest, lines.join("\n") + "\n").unwrap();
+    let before = std::fs::read(&newest).unwrap();
+
+    let out = m.run(&["-p", "go on", "--continue", "--output-format", "json"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(6), "{stdout} {stderr}");
+    let said = format!("{stdout}{stderr}");
+    assert!(
+        said.contains(&newest.display().to_string()) && said.contains("line 3"),
+        "{said}"
+    );
+    assert!(
+        !said.contains(old["session_id"].as_str().unwrap()),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&newest).unwrap(), before, "nothing rewritten");
+    assert_eq!(server.requests().len(), 2, "nothing asked of the model");
+
+    let out = m.run(&["sessions"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unreadable") && stderr.contains(&newest.display().to_string()),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(old["session_id"].as_str().unwrap()));
+}
