@@ -4,6 +4,8 @@
 //! session in the sweep's artifact directory ([`transcripts`]); [`validate`] proves a task
 //! sound on workspaces prepared exactly as a trial's are.
 
+/// The one way a queued job runs the agent: a child `anvil -p`.
+pub mod child;
 /// The durable job queue (SQLite or Postgres, through apalis).
 pub mod queue;
 /// Sweeps: planning, recording, resuming.

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anvil_agent::process::{self, ProcessSpec, Termination};
 use anvil_grader::digest::{self, TaskDigests};
 use anvil_grader::{GradeOptions, Task, Verdict, grade};
 use anvil_llm::registry::PinnedModel;
@@ -25,8 +24,8 @@ use anvil_report::record::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::contract::{ContractError, HeadlessOutput, TrialConfig, TrialConfigError};
-use crate::exit;
+use crate::contract::TrialConfig;
+use crate::jobs::child::{self, ChildError, ChildRun, ChildSpec};
 use crate::jobs::queue::{Db, QueueError, TrialJob};
 use crate::jobs::sweep::{ANVIL_GIT_SHA, PinnedError, SweepError, SweepSpec};
 use crate::jobs::transcripts;
@@ -79,14 +78,9 @@ pub enum TrialError {
         #[source]
         source: std::io::Error,
     },
+    /// The agent did not end its turn the way the contract says (see [`ChildError`]).
     #[error(transparent)]
-    TrialConfig(#[from] TrialConfigError),
-    /// The agent process could not be started or waited for.
-    #[error("the agent could not run: {0}")]
-    AgentSpawn(#[from] process::ProcessError),
-    /// The agent ran but did not end a turn the way the contract says.
-    #[error(transparent)]
-    AgentOutcome(#[from] AgentOutcomeError),
+    Agent(#[from] ChildError),
     #[error("grader error: {reason}")]
     Grader { reason: String },
     /// The sweep was cancelled while the trial ran: not a failure of anyone's.
@@ -118,43 +112,6 @@ pub enum LocalTaskError {
         dir.display()
     )]
     Differs { task: String, dir: PathBuf },
-}
-
-/// How the agent process ended, when that is the infrastructure's failure.
-#[derive(Debug, thiserror::Error)]
-pub enum AgentOutcomeError {
-    #[error("the agent died from signal {signal}: {stderr}")]
-    Signaled { signal: i32, stderr: String },
-    #[error("the agent exited {code} without a JSON result: {stderr}")]
-    NoResult { code: i32, stderr: String },
-    #[error("the agent exited {code}: {source}")]
-    BadResult {
-        code: i32,
-        #[source]
-        source: ContractError,
-    },
-    #[error("the agent could not start (exit {code}, {outcome}): {error}")]
-    Setup {
-        code: i32,
-        outcome: String,
-        error: String,
-    },
-    #[error("the agent's transcript could not be written: {error}")]
-    TranscriptUnwritten { error: String },
-    #[error("provider unreachable after retries: {error}")]
-    ProviderUnreachable { error: String },
-    #[error("the agent exited {code} after a turn that ended {outcome}: {error}")]
-    UnexpectedExit {
-        code: i32,
-        outcome: String,
-        error: String,
-    },
-    #[error("the agent ran model {model} with config {ran} instead of the pinned {pinned}")]
-    NotThePinnedModel {
-        model: String,
-        ran: String,
-        pinned: String,
-    },
 }
 
 /// Where and how trials run on this machine.
@@ -436,20 +393,16 @@ impl AgentTrials {
             Err(e) => return self.keep_after_failure(Self::infra(job, attempt, digests, e), ws),
         };
         let agent_started = Instant::now();
-        let config = self.write_trial_config(
-            task,
-            &model,
-            ws.path(),
-            ctx.artifacts.as_deref(),
-            &transcript,
-        );
-        let agent = match config {
-            Ok(config) => {
-                self.run_agent(task, &model, &config, ws.path(), cancel.clone())
-                    .await
-            }
-            Err(e) => Err(e),
-        };
+        let agent = self
+            .run_agent(
+                task,
+                &model,
+                ws.path(),
+                ctx.artifacts.as_deref(),
+                &transcript,
+                &cancel,
+            )
+            .await;
         let agent_ms = agent_started.elapsed().as_millis() as u64;
         let mut record = Self::base_record(job, attempt, digests);
         let run = match agent {
@@ -554,18 +507,19 @@ impl AgentTrials {
         Some(path.display().to_string())
     }
 
-    /// Writes the child's [`TrialConfig`] beside the workspace (in the trial's private
-    /// directory, which the agent's sandbox does not show) and returns its path. The child
+    /// Runs the trial's agent ([`child::run`]). Its [`TrialConfig`] goes beside the workspace
+    /// (in the trial's private directory, which the agent's sandbox does not show); the child
     /// keeps its session in `transcript`; the sandbox hides the task's answers, every
     /// workspace and the sweep's `artifacts` (other trials' transcripts).
-    fn write_trial_config(
+    async fn run_agent(
         &self,
         task: &Task,
         model: &PinnedModel,
         workspace: &Path,
         artifacts: Option<&Path>,
         transcript: &Path,
-    ) -> Result<PathBuf, TrialError> {
+        cancel: &CancellationToken,
+    ) -> Result<Finished, TrialError> {
         let dir = workspace.parent().ok_or_else(|| TrialError::NoTrialDir {
             workspace: workspace.to_path_buf(),
         })?;
@@ -574,149 +528,44 @@ impl AgentTrials {
         hidden.push(canonical(self.workspaces.root()));
         hidden.extend(artifacts.map(canonical));
         hidden.extend(self.options.hidden.iter().cloned());
-        let config = TrialConfig {
-            model: model.clone(),
+        let config_path = dir.join(TrialConfig::FILE_NAME);
+        let spec = ChildSpec {
+            anvil: &self.options.anvil,
+            env: &self.options.env,
+            model,
+            workspace,
+            config_path: &config_path,
             hidden,
-            session_path: Some(transcript.to_path_buf()),
+            transcript,
+            prompt: &task.spec.prompt,
+            permission_mode: task.spec.permission_mode.name(),
+            max_steps: task.spec.max_steps,
+            timeout: Duration::from_secs(task.spec.timeout_secs),
         };
-        let path = dir.join(TrialConfig::FILE_NAME);
-        config.write(&path)?;
-        Ok(path)
-    }
-
-    async fn run_agent(
-        &self,
-        task: &Task,
-        model: &PinnedModel,
-        config: &Path,
-        workspace: &Path,
-        cancel: CancellationToken,
-    ) -> Result<Finished, TrialError> {
-        let workspace_arg = workspace.display().to_string();
-        let config_arg = config.display().to_string();
-        let spec = ProcessSpec::new(self.options.anvil.display().to_string(), workspace)
-            .args([
-                "-p",
-                task.spec.prompt.as_str(),
-                "--pinned-config",
-                &config_arg,
-                "--output-format",
-                "json",
-                "--permission-mode",
-                task.spec.permission_mode.name(),
-                "--max-steps",
-                &task.spec.max_steps.to_string(),
-                "-C",
-                &workspace_arg,
-            ])
-            .env(self.options.env.clone())
-            .timeout(Duration::from_secs(task.spec.timeout_secs))
-            .capture(1024 * 1024, 64 * 1024);
-        let output = process::run(&spec, &cancel).await?;
-        let stderr_tail = || {
-            let text = output.stderr.text();
-            let tail: String = text
-                .chars()
-                .rev()
-                .take(1500)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            tail.trim().to_string()
-        };
-        let code = match output.termination {
-            Termination::Cancelled => return Err(TrialError::Cancelled),
-            Termination::TimedOut => {
-                return Ok(Finished {
-                    outcome: "timeout".into(),
-                    steps: 0,
-                    tokens: Tokens::default(),
-                    cost_usd: None,
-                    accounting: Accounting::Unknown,
-                });
-            }
-            Termination::Signaled(signal) => {
-                return Err(AgentOutcomeError::Signaled {
-                    signal,
-                    stderr: stderr_tail(),
-                }
-                .into());
-            }
-            Termination::Exited(code) => code,
-        };
-        let stdout = output.stdout.text();
-        let result = match HeadlessOutput::parse(&stdout) {
-            None => {
-                return Err(AgentOutcomeError::NoResult {
-                    code,
-                    stderr: stderr_tail(),
-                }
-                .into());
-            }
-            Some(Err(source)) => return Err(AgentOutcomeError::BadResult { code, source }.into()),
-            Some(Ok(HeadlessOutput::Setup(failure))) => {
-                return Err(AgentOutcomeError::Setup {
-                    code,
-                    outcome: failure.outcome.as_str().to_string(),
-                    error: failure.error,
-                }
-                .into());
-            }
-            Some(Ok(HeadlessOutput::Turn(result))) => *result,
-        };
-        match code {
-            exit::DONE
-            | exit::MAX_STEPS
-            | exit::MAX_TOKENS
-            | exit::REFUSED
-            | exit::PROTOCOL_STOPPED => {}
-            exit::FAILED => {
-                // A transcript that could not be written (a full disk, perhaps filled by
-                // another trial) stopped the turn: the harness's failure, never the model's.
-                if result.session_unwritten {
-                    return Err(AgentOutcomeError::TranscriptUnwritten {
-                        error: result.error.unwrap_or_default(),
-                    }
-                    .into());
-                }
-                if result.retryable == Some(true) {
-                    return Err(AgentOutcomeError::ProviderUnreachable {
-                        error: result.error.unwrap_or_default(),
-                    }
-                    .into());
-                }
-            }
-            _ => {
-                return Err(AgentOutcomeError::UnexpectedExit {
-                    code,
-                    outcome: result.outcome.as_str().to_string(),
-                    error: result.error.unwrap_or_default(),
-                }
-                .into());
-            }
+        match child::run(&spec, cancel).await {
+            Err(ChildError::Cancelled) => Err(TrialError::Cancelled),
+            Err(e) => Err(e.into()),
+            // Past the task's wall-clock cap: the model's fail, graded as `timeout`.
+            Ok(ChildRun::TimedOut) => Ok(Finished {
+                outcome: "timeout".into(),
+                steps: 0,
+                tokens: Tokens::default(),
+                cost_usd: None,
+                accounting: Accounting::Unknown,
+            }),
+            Ok(ChildRun::Finished(result)) => Ok(Finished {
+                outcome: result.outcome.as_str().to_string(),
+                steps: result.steps,
+                tokens: Tokens {
+                    input: result.usage.input,
+                    output: result.usage.output,
+                    cache_read: result.usage.cache_read,
+                    cache_write: result.usage.cache_write,
+                },
+                cost_usd: result.cost_usd,
+                accounting: result.accounting,
+            }),
         }
-        let pinned = model.digest();
-        if result.config_digest != pinned {
-            return Err(AgentOutcomeError::NotThePinnedModel {
-                model: result.model,
-                ran: result.config_digest,
-                pinned,
-            }
-            .into());
-        }
-        Ok(Finished {
-            outcome: result.outcome.as_str().to_string(),
-            steps: result.steps,
-            tokens: Tokens {
-                input: result.usage.input,
-                output: result.usage.output,
-                cache_read: result.usage.cache_read,
-                cache_write: result.usage.cache_write,
-            },
-            cost_usd: result.cost_usd,
-            accounting: result.accounting,
-        })
     }
 }
 

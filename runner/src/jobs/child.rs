@@ -1,0 +1,209 @@
+//! The one way a queued job runs the agent: `anvil -p` headless as a child process in the
+//! job's workspace, reading nothing but its [`TrialConfig`] (the pinned model, the paths its
+//! sandbox hides, where it keeps its transcript), killed with its process group on cancel or
+//! timeout, its result read through [`HeadlessOutput`] and checked against the pinned model.
+//! Eval trials ([`crate::jobs::trial`]) and `anvil auto` sessions ([`crate::auto`]) both run
+//! through it, so what counts as the infrastructure's failure is decided once, here.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anvil_agent::process::{self, ProcessSpec, Termination};
+use anvil_llm::registry::PinnedModel;
+use tokio_util::sync::CancellationToken;
+
+use crate::contract::{
+    ContractError, HeadlessOutput, HeadlessResult, TrialConfig, TrialConfigError,
+};
+use crate::exit;
+
+/// What the child runs with.
+pub struct ChildSpec<'a> {
+    /// The `anvil` binary.
+    pub anvil: &'a Path,
+    /// Its whole environment (provider credentials, HOME, PATH…).
+    pub env: &'a [(String, String)],
+    pub model: &'a PinnedModel,
+    /// Where it works (`-C`).
+    pub workspace: &'a Path,
+    /// Where its [`TrialConfig`] is written: outside the workspace, in a directory its
+    /// sandbox hides.
+    pub config_path: &'a Path,
+    /// What its sandbox hides.
+    pub hidden: Vec<PathBuf>,
+    /// Where it keeps its session (its transcript).
+    pub transcript: &'a Path,
+    pub prompt: &'a str,
+    /// `--permission-mode`.
+    pub permission_mode: &'a str,
+    pub max_steps: u32,
+    /// The wall-clock cap; past it the child is killed and the run ends [`ChildRun::TimedOut`].
+    pub timeout: Duration,
+}
+
+/// How the child's turn ended, when it ended by itself or by the wall-clock cap: the model's
+/// result, graded or counted, never the infrastructure's failure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChildRun {
+    /// Killed at the wall-clock cap.
+    TimedOut,
+    /// Its turn ended (`done`, `max_steps`, `max_tokens`, `refused`, `protocol_stopped`, or a
+    /// `failed` a retry would hit again).
+    Finished(Box<HeadlessResult>),
+}
+
+/// Why the child did not end its turn: the infrastructure's failure (retried), except
+/// [`ChildError::Cancelled`].
+#[derive(Debug, thiserror::Error)]
+pub enum ChildError {
+    /// The job was cancelled while the child ran: not a failure of anyone's.
+    #[error("cancelled")]
+    Cancelled,
+    #[error(transparent)]
+    Config(#[from] TrialConfigError),
+    #[error("the agent could not run: {0}")]
+    Spawn(#[from] process::ProcessError),
+    #[error("the agent died from signal {signal}: {stderr}")]
+    Signaled { signal: i32, stderr: String },
+    #[error("the agent exited {code} without a JSON result: {stderr}")]
+    NoResult { code: i32, stderr: String },
+    #[error("the agent exited {code}: {source}")]
+    BadResult {
+        code: i32,
+        #[source]
+        source: ContractError,
+    },
+    /// Configuration or usage: retrying cannot help.
+    #[error("the agent could not start (exit {code}, {outcome}): {error}")]
+    Setup {
+        code: i32,
+        outcome: String,
+        error: String,
+    },
+    /// Its transcript could not be written (a full disk, perhaps filled by another job).
+    #[error("the agent's transcript could not be written: {error}")]
+    TranscriptUnwritten { error: String },
+    #[error("provider unreachable after retries: {error}")]
+    ProviderUnreachable { error: String },
+    #[error("the agent exited {code} after a turn that ended {outcome}: {error}")]
+    UnexpectedExit {
+        code: i32,
+        outcome: String,
+        error: String,
+    },
+    #[error("the agent ran model {model} with config {ran} instead of the pinned {pinned}")]
+    NotThePinnedModel {
+        model: String,
+        ran: String,
+        pinned: String,
+    },
+}
+
+impl ChildError {
+    /// Whether retrying cannot help.
+    pub fn persistent(&self) -> bool {
+        matches!(self, ChildError::Setup { .. })
+    }
+}
+
+/// Runs the child to the end of its turn.
+pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<ChildRun, ChildError> {
+    TrialConfig {
+        model: spec.model.clone(),
+        hidden: spec.hidden.clone(),
+        session_path: Some(spec.transcript.to_path_buf()),
+    }
+    .write(spec.config_path)?;
+    let workspace = spec.workspace.display().to_string();
+    let config = spec.config_path.display().to_string();
+    let max_steps = spec.max_steps.to_string();
+    let process = ProcessSpec::new(spec.anvil.display().to_string(), spec.workspace)
+        .args([
+            "-p",
+            spec.prompt,
+            "--pinned-config",
+            &config,
+            "--output-format",
+            "json",
+            "--permission-mode",
+            spec.permission_mode,
+            "--max-steps",
+            &max_steps,
+            "-C",
+            &workspace,
+        ])
+        .env(spec.env.to_vec())
+        .timeout(spec.timeout)
+        .capture(1024 * 1024, 64 * 1024);
+    let output = process::run(&process, cancel).await?;
+    let stderr_tail = || {
+        let text = output.stderr.text();
+        let chars: Vec<char> = text.chars().collect();
+        let start = chars.len().saturating_sub(1500);
+        chars[start..].iter().collect::<String>().trim().to_string()
+    };
+    let code = match output.termination {
+        Termination::Cancelled => return Err(ChildError::Cancelled),
+        Termination::TimedOut => return Ok(ChildRun::TimedOut),
+        Termination::Signaled(signal) => {
+            return Err(ChildError::Signaled {
+                signal,
+                stderr: stderr_tail(),
+            });
+        }
+        Termination::Exited(code) => code,
+    };
+    let result = match HeadlessOutput::parse(&output.stdout.text()) {
+        None => {
+            return Err(ChildError::NoResult {
+                code,
+                stderr: stderr_tail(),
+            });
+        }
+        Some(Err(source)) => return Err(ChildError::BadResult { code, source }),
+        Some(Ok(HeadlessOutput::Setup(failure))) => {
+            return Err(ChildError::Setup {
+                code,
+                outcome: failure.outcome.as_str().to_string(),
+                error: failure.error,
+            });
+        }
+        Some(Ok(HeadlessOutput::Turn(result))) => result,
+    };
+    match code {
+        exit::DONE
+        | exit::MAX_STEPS
+        | exit::MAX_TOKENS
+        | exit::REFUSED
+        | exit::PROTOCOL_STOPPED => {}
+        // A transcript that could not be written stopped the turn: the harness's failure,
+        // never the model's.
+        exit::FAILED if result.session_unwritten => {
+            return Err(ChildError::TranscriptUnwritten {
+                error: result.error.unwrap_or_default(),
+            });
+        }
+        exit::FAILED if result.retryable == Some(true) => {
+            return Err(ChildError::ProviderUnreachable {
+                error: result.error.unwrap_or_default(),
+            });
+        }
+        exit::FAILED => {}
+        _ => {
+            return Err(ChildError::UnexpectedExit {
+                code,
+                outcome: result.outcome.as_str().to_string(),
+                error: result.error.unwrap_or_default(),
+            });
+        }
+    }
+    let pinned = spec.model.digest();
+    if result.config_digest != pinned {
+        return Err(ChildError::NotThePinnedModel {
+            model: result.model,
+            ran: result.config_digest,
+            pinned,
+        });
+    }
+    Ok(ChildRun::Finished(result))
+}
