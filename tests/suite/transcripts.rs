@@ -355,16 +355,21 @@ async fn export_into_a_shared_dir_writes_through_nothing_planted_there() {
     let two = m.records("two");
     std::fs::copy(two[0]["session_path"].as_str().unwrap(), &outside).unwrap();
     let db = h.join("data/queue.db");
-    let forged = Command::new("sqlite3")
-        .arg(&db)
-        .arg(format!(
-            "UPDATE anvil_trials SET record = json_set(record, '$.session_path', '{}') \
-             WHERE sweep = 'two' AND model = 'bad'",
-            outside.display()
-        ))
-        .output()
+    // Forged in the queue's own database, as a compromised worker could (no sqlite3 CLI
+    // needed: a fresh machine has none).
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
         .unwrap();
-    assert!(forged.status.success(), "{}", text(&forged));
+    let forged = sqlx::query(
+        "UPDATE anvil_trials SET record = json_set(record, '$.session_path', ?) \
+         WHERE sweep = 'two' AND model = 'bad'",
+    )
+    .bind(outside.display().to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(forged.rows_affected(), 1);
+    pool.close().await;
     let out = m.evals(&["export", "--sweep", "two", "--with-sessions", &arg(&shared)]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
