@@ -96,19 +96,10 @@ pub async fn check_command(check: &CommandCheck<'_>, opts: &GradeOptions) -> Com
             return error(result, reason);
         }
     };
-    let made = match &opts.grading_root {
-        Some(root) => tempfile::Builder::new()
-            .prefix("anvil-verify-")
-            .tempdir_in(root),
-        None => tempfile::Builder::new().prefix("anvil-verify-").tempdir(),
-    };
-    let dir = match made {
-        Ok(d) => d,
-        Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
-    };
-    let grading = match dir.path().canonicalize() {
-        Ok(p) => p,
-        Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
+    // `_dir` lives to the end: dropping it removes the grading directory.
+    let (_dir, grading) = match grade::grading_dir(opts, "anvil-verify-") {
+        Ok(made) => made,
+        Err(reason) => return error(result, reason),
     };
     let hidden = vec![tree_dir.clone(), trusted.clone()];
     if opts.unsandboxed {

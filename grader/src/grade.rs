@@ -249,6 +249,25 @@ pub(crate) fn toolchains() -> &'static Toolchains {
     })
 }
 
+/// A fresh grading directory (under `opts.grading_root` when set), and its canonical path.
+pub(crate) fn grading_dir(
+    opts: &GradeOptions,
+    prefix: &str,
+) -> Result<(tempfile::TempDir, PathBuf), String> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix);
+    let made = match &opts.grading_root {
+        Some(root) => builder.tempdir_in(root),
+        None => builder.tempdir(),
+    };
+    let dir = made.map_err(|e| format!("cannot create a grading directory: {e}"))?;
+    let path = dir
+        .path()
+        .canonicalize()
+        .map_err(|e| format!("cannot create a grading directory: {e}"))?;
+    Ok((dir, path))
+}
+
 /// Grades `workspace` against `task` (see the module docs).
 pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeResult {
     let started = Instant::now();
@@ -294,19 +313,9 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
             return result;
         }
     }
-    let made = match &opts.grading_root {
-        Some(root) => tempfile::Builder::new()
-            .prefix("anvil-grade-")
-            .tempdir_in(root),
-        None => tempfile::Builder::new().prefix("anvil-grade-").tempdir(),
-    };
-    let dir = match made {
-        Ok(d) => d,
-        Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
-    };
-    let grading = match dir.path().canonicalize() {
-        Ok(p) => p,
-        Err(e) => return error(result, format!("cannot create a grading directory: {e}")),
+    let (dir, grading) = match grading_dir(opts, "anvil-grade-") {
+        Ok(made) => made,
+        Err(reason) => return error(result, reason),
     };
     let confinement = if opts.unsandboxed {
         result.sandbox = "none (--unsandboxed-grading)".into();
