@@ -12,9 +12,9 @@ use anvil_runner::jobs::queue::{
     CHECK_TIMEOUT, Counts, Db, DbWatch, QueueLocation, TrialState, now_ms,
 };
 use anvil_runner::jobs::sweep::{self, SweepSpec};
-use anvil_runner::jobs::transcripts;
 use anvil_runner::jobs::trial::{AgentTrials, TrialOptions};
 use anvil_runner::jobs::worker::{self, WorkerOptions};
+use anvil_runner::jobs::{private_dir, transcripts};
 use anyhow::{Context, Result, anyhow, bail};
 use tokio_util::sync::CancellationToken;
 
@@ -54,7 +54,7 @@ pub struct WorkerArgs {
 
 /// Where workers make workspaces when `--workspaces` is not given.
 pub fn default_workspaces() -> PathBuf {
-    std::env::temp_dir().join("anvil-trials")
+    anvil_runner::jobs::workspace::default_root()
 }
 
 /// `value` seconds, more than zero; `flag` names the option in the error.
@@ -136,12 +136,12 @@ fn preflight(options: &TrialOptions) -> Result<()> {
             anvil.display()
         );
     }
-    std::fs::create_dir_all(&options.workspaces).with_context(|| {
-        format!(
-            "cannot create the workspace directory {}",
-            options.workspaces.display()
-        )
-    })?;
+    // Workspaces (their templates) and transcripts decide what a trial starts from and what
+    // is believed about it afterwards: only this user may be able to change them.
+    private_dir::ensure(&options.workspaces).map_err(|e| anyhow!("--workspaces: {e}"))?;
+    if let Some(root) = &options.artifacts_root {
+        private_dir::ensure(root).map_err(|e| anyhow!("transcripts: {e}"))?;
+    }
     anvil_grader::grade::preflight(&options.grade).map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
@@ -251,6 +251,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let root = transcripts::root(args.worker.workspaces.as_deref()).ok_or_else(|| {
         anyhow!("no data directory to keep the sweep's transcripts in (is HOME set?); pass --workspaces DIR")
     })?;
+    private_dir::ensure(&root).map_err(|e| anyhow!("transcripts: {e}"))?;
     spec.artifacts = Some(transcripts::artifacts(&root, &id));
     let started = sweep::start(&db, &id, &spec).await?;
     let artifacts = match db.sweep(&id).await? {

@@ -235,3 +235,101 @@ async fn a_trial_cannot_read_the_sweeps_transcripts() {
         }
     }
 }
+
+/// An earlier sweep's transcripts stay hidden too, wherever they were put: sweep `before`
+/// kept them under a directory on PATH (which a trial's confined view shows); sweep `after`,
+/// started with another `--workspaces`, runs trials whose probe hunts for them. Only the queue
+/// knows where `before` put them, so the worker must hide every artifact directory the queue
+/// records, not only the running sweep's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trial_cannot_read_an_earlier_sweeps_transcripts() {
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let h = home.path();
+    let tasks = h.join("tasks");
+    support::task(&tasks, "t1");
+    let bin = h.join("tools/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let earlier_root = bin.join("ws");
+    let earlier = earlier_root.join("sweeps/before");
+    let probe = format!(
+        "echo LS-START; ls -R {a}; echo LS-END; cat {a}/t1/good/0.jsonl && echo READ-0; \
+         echo FIND-START; find / -name '0.jsonl' -not -path '/proc/*' 2>/dev/null; \
+         echo FIND-END; echo PROBE-DONE",
+        a = earlier.display()
+    );
+    let (server, seen) = support::prober(probe).await;
+    let cfg = h.join("cfg/anvil");
+    std::fs::create_dir_all(&cfg).unwrap();
+    std::fs::write(cfg.join("config.toml"), support::config(&server)).unwrap();
+    let tasks_arg = tasks.join("*").display().to_string();
+    let run = |sweep: &str, workspaces: &std::path::Path| {
+        let out = Command::new(bins::built("anvil-evals"))
+            .args([
+                "run", "--tasks", &tasks_arg, "--models", "good", "--trials", "1",
+            ])
+            .args(["--sweep", sweep])
+            .arg("--queue")
+            .arg(h.join("data/queue.db"))
+            .arg("--workspaces")
+            .arg(workspaces)
+            .env_clear()
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    bin.display(),
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .env("HOME", h)
+            .env("XDG_CONFIG_HOME", h.join("cfg"))
+            .env("XDG_DATA_HOME", h.join("data"))
+            .env("TMPDIR", h)
+            .env("MOCK_API_KEY", "sk-mock-key-123")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run("before", &earlier_root);
+    assert!(
+        earlier.join("t1/good/0.jsonl").is_file(),
+        "the earlier sweep kept its transcript"
+    );
+    run("after", &h.join("trials"));
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "the probe ran once per trial");
+    assert!(
+        !seen[0].contains("sandbox is unavailable"),
+        "a trial whose workspaces root is in the confined view still gets its workspace: {}",
+        seen[0]
+    );
+    let result = &seen[1];
+    assert!(
+        result.contains("PROBE-DONE"),
+        "the probe ran to its end: {result}"
+    );
+    let stdout = result.split("stderr:").next().unwrap();
+    let listed = stdout
+        .split("LS-START")
+        .nth(1)
+        .and_then(|s| s.split("LS-END").next())
+        .unwrap();
+    assert!(
+        !listed.contains("jsonl") && !listed.contains("good"),
+        "the later sweep's trial listed the earlier sweep's transcripts: {result}"
+    );
+    assert!(
+        stdout.contains("FIND-START\\nFIND-END"),
+        "find / found a transcript: {result}"
+    );
+    for leak in ["READ-0", "session_started"] {
+        assert!(!stdout.contains(leak), "the trial saw {leak}: {result}");
+    }
+}

@@ -437,3 +437,87 @@ async fn export_into_a_shared_dir_writes_through_nothing_planted_there() {
     );
     assert_eq!(std::fs::read(&copy).unwrap(), b"forged\n");
 }
+
+/// A `--workspaces` directory someone else can change is refused before anything is written:
+/// its templates decide what every trial starts from and its `sweeps/` what is believed about
+/// them afterwards. Planted as another user would on a shared machine: a world-writable
+/// directory whose `sweeps` is a symlink to where the attacker wants root's transcripts, and
+/// (as root) a directory owned by `nobody`. A directory of one's own still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workspaces_directory_others_can_change_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = support::model_server(Duration::ZERO).await;
+    let m = Machine::new(&server, &["t1"]);
+    let tasks = m.tasks.join("*").display().to_string();
+    let victim = m.home.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    let shared = m.home.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::symlink(&victim, shared.join("sweeps")).unwrap();
+    let run = |workspaces: &Path, sweep: &str| {
+        let ws = workspaces.display().to_string();
+        m.evals(&[
+            "run",
+            "--tasks",
+            &tasks,
+            "--models",
+            "good",
+            "--trials",
+            "1",
+            "--sweep",
+            sweep,
+            "--workspaces",
+            &ws,
+        ])
+    };
+    let out = run(&shared, "planted");
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&shared.display().to_string())
+            && stderr.contains("writable by other users"),
+        "the refusal names the directory and why: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&victim).unwrap().count(),
+        0,
+        "nothing written through the link"
+    );
+    let listed = m.evals(&["status"]);
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains("planted"),
+        "no sweep was recorded: {}",
+        text(&listed)
+    );
+
+    if nix::unistd::geteuid().is_root() {
+        let theirs = m.home.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        let out = run(&theirs, "owned");
+        assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("owned by uid 65534"),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(
+            std::fs::read_dir(&theirs).unwrap().count(),
+            0,
+            "{}",
+            text(&out)
+        );
+    } else {
+        eprintln!("SKIPPED (not root): a --workspaces directory owned by another user");
+    }
+
+    let own = m.home.path().join("own");
+    let out = run(&own, "mine");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        own.join("sweeps/mine/t1/good/0.jsonl").is_file(),
+        "{}",
+        text(&out)
+    );
+}

@@ -139,6 +139,24 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
     if !network {
         a.push("--unshare-net".into());
     }
+    // A hidden directory that holds a path shown below (the workspaces root around this
+    // trial's own workspace) is hidden first, so the path is bound inside the empty tmpfs;
+    // hidden after, it would hide that path too.
+    let holds_a_shown_path = |mask: &Path| {
+        mask.is_dir()
+            && mounts
+                .read_only
+                .iter()
+                .chain(&mounts.writable)
+                .chain(&mounts.protected)
+                .chain(&mounts.reserved)
+                .any(|p| p != mask && p.starts_with(mask))
+    };
+    let (enclosing, masked): (Vec<&PathBuf>, Vec<&PathBuf>) =
+        mounts.masked.iter().partition(|p| holds_a_shown_path(p));
+    for p in enclosing {
+        a.extend(["--tmpfs".into(), p.display().to_string()]);
+    }
     for p in &mounts.read_only {
         a.extend([
             "--ro-bind".into(),
@@ -165,7 +183,7 @@ pub fn args(policy: SandboxPolicy, mounts: &Mounts, cwd: &Path) -> Vec<String> {
         let p = p.display().to_string();
         a.extend(["--tmpfs".into(), p.clone(), "--remount-ro".into(), p]);
     }
-    for p in &mounts.masked {
+    for p in masked {
         let shown = p.display().to_string();
         if p.is_dir() {
             a.extend(["--tmpfs".into(), shown]);
@@ -260,6 +278,31 @@ mod tests {
             .find("--ro-bind /dev/null /nonexistent-home/.netrc")
             .unwrap();
         assert!(rw < ro && ro < mask, "{joined}");
+        // A hidden directory around the workspace (the workspaces root) is hidden before the
+        // workspace is bound into it; one that holds nothing shown is hidden last.
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("p1/workspace");
+        let other = tempfile::tempdir().unwrap();
+        let mounts = Mounts {
+            writable: vec![ws.clone()],
+            masked: vec![root.path().to_path_buf(), other.path().to_path_buf()],
+            ..Mounts::default()
+        };
+        let a = args(
+            SandboxPolicy::WorkspaceWrite { network: false },
+            &mounts,
+            &ws,
+        );
+        let at = |flag: &str, p: &Path| {
+            let p = p.display().to_string();
+            a.windows(2)
+                .position(|w| w[0] == flag && w[1] == p)
+                .unwrap_or_else(|| panic!("{flag} {p} in {a:?}"))
+        };
+        let enclosing = at("--tmpfs", root.path());
+        let bound = at("--bind", &ws);
+        let unrelated = at("--tmpfs", other.path());
+        assert!(enclosing < bound && bound < unrelated, "{a:?}");
         // Probe failures are classified into something a person can act on.
         assert!(
             classify("bwrap: No permission to create new namespace")

@@ -6,6 +6,8 @@
 
 /// The one way a queued job runs the agent: a child `anvil -p`.
 pub mod child;
+/// Directories only this user can change (workspaces, transcripts).
+pub mod private_dir;
 /// The durable job queue (SQLite or Postgres, through apalis).
 pub mod queue;
 /// Sweeps: planning, recording, resuming.

@@ -68,15 +68,11 @@ pub enum TrialError {
          set?); start it with --workspaces DIR"
     )]
     NoArtifacts { sweep: String },
-    #[error(
-        "cannot make the sweep's transcript directory {} on worker {host}: {source}",
-        dir.display()
-    )]
+    #[error("cannot use the sweep's transcript directory on worker {host}: {source}")]
     Artifacts {
-        dir: PathBuf,
         host: String,
         #[source]
-        source: std::io::Error,
+        source: crate::jobs::private_dir::PrivateDirError,
     },
     /// The agent did not end its turn the way the contract says (see [`ChildError`]).
     #[error(transparent)]
@@ -484,8 +480,9 @@ impl AgentTrials {
                 sweep: job.sweep.clone(),
             })?;
         let dir = transcripts::dir(&artifacts, &job.task, &job.model);
-        std::fs::create_dir_all(&dir).map_err(|source| TrialError::Artifacts {
-            dir,
+        // Only this user may write on the way: a directory someone else controls could be
+        // swapped for a symlink that sends the transcripts elsewhere.
+        crate::jobs::private_dir::ensure(&dir).map_err(|source| TrialError::Artifacts {
             host: crate::jobs::worker::host_name(),
             source,
         })?;
@@ -505,6 +502,27 @@ impl AgentTrials {
             own.is_file().then_some(own)?
         };
         Some(path.display().to_string())
+    }
+
+    /// Where every sweep this queue knows keeps its transcripts — the directory above each
+    /// recorded artifact directory, and this worker's own root — so a trial sees no earlier
+    /// sweep's transcripts either, wherever they were put (even under a directory the
+    /// sandbox's confined view shows, such as `/opt`). Read for every trial: a sweep started
+    /// while this worker runs counts too.
+    async fn artifact_roots(&self) -> Result<Vec<PathBuf>, TrialError> {
+        let mut roots: Vec<PathBuf> = self.options.artifacts_root.iter().cloned().collect();
+        for row in self.db.sweep_rows().await? {
+            // A spec this version cannot read recorded no directory it knows of.
+            let Ok(spec) = SweepSpec::from_row(&row) else {
+                continue;
+            };
+            if let Some(root) = spec.artifacts.as_deref().and_then(Path::parent)
+                && !roots.iter().any(|r| r == root)
+            {
+                roots.push(root.to_path_buf());
+            }
+        }
+        Ok(roots)
     }
 
     /// Runs the trial's agent ([`child::run`]). Its [`TrialConfig`] goes beside the workspace
@@ -527,6 +545,7 @@ impl AgentTrials {
         let mut hidden: Vec<PathBuf> = task.answer_paths().iter().map(|p| canonical(p)).collect();
         hidden.push(canonical(self.workspaces.root()));
         hidden.extend(artifacts.map(canonical));
+        hidden.extend(self.artifact_roots().await?.iter().map(|p| canonical(p)));
         hidden.extend(self.options.hidden.iter().cloned());
         let config_path = dir.join(TrialConfig::FILE_NAME);
         let spec = ChildSpec {

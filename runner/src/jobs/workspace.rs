@@ -41,6 +41,9 @@ pub enum WorkspaceError {
         dir: PathBuf,
         reason: String,
     },
+    /// The workspaces root is not a directory only this user can change.
+    #[error("refusing the workspaces directory: {0}")]
+    NotPrivate(#[from] crate::jobs::private_dir::PrivateDirError),
 }
 
 /// A prepared workspace; removed on drop unless kept.
@@ -96,6 +99,13 @@ const WORKSPACE_DIR: &str = "workspace";
 /// Kept workspaces' directories start with this instead of their owner's pid.
 pub const KEPT_PREFIX: &str = "kept.";
 
+/// Where workspaces go without `--workspaces`: `anvil-trials-<uid>` in the temp directory,
+/// one per user. A directory of that name another user made first is refused (see
+/// [`private_dir`](crate::jobs::private_dir)), never used.
+pub fn default_root() -> PathBuf {
+    std::env::temp_dir().join(format!("anvil-trials-{}", nix::unistd::geteuid()))
+}
+
 /// Makes workspaces under one root, with a template per repository content.
 #[derive(Debug, Clone)]
 pub struct Workspaces {
@@ -119,6 +129,8 @@ impl Workspaces {
         key: &str,
         label: &str,
     ) -> Result<Workspace, WorkspaceError> {
+        // Templates decide what every trial starts from: nobody else may write here.
+        crate::jobs::private_dir::ensure(&self.root)?;
         let template = self.template(repo, key)?;
         let root = tempfile::Builder::new()
             .prefix(&format!(

@@ -313,6 +313,16 @@ impl Db {
         Ok(row.map(SweepRow::from))
     }
 
+    /// Every sweep's row (spec included), oldest first.
+    pub async fn sweep_rows(&self) -> Result<Vec<SweepRow>, QueueError> {
+        const SQL: &str = "SELECT id, created_at_ms, spec, fingerprint, anvil_git_sha, cancelled \
+             FROM anvil_sweeps ORDER BY created_at_ms";
+        let rows: Vec<SweepDbRow> =
+            on_pool!(self, pool => sqlx::query_as(SQL).fetch_all(pool).await)
+                .map_err(QueueError::sql("reading every sweep"))?;
+        Ok(rows.into_iter().map(SweepRow::from).collect())
+    }
+
     /// Every sweep, newest first.
     pub async fn sweeps(&self) -> Result<Vec<SweepSummary>, QueueError> {
         const SQL: &str =
