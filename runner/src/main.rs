@@ -22,7 +22,7 @@ fn main() {
     };
     logging::init();
     let code = match (&cli.command, cli.print.clone()) {
-        (Some(Command::Sessions), _) => sessions::list(&cli),
+        (Some(Command::Sessions { all }), _) => sessions::list(&cli, *all),
         (Some(Command::Replay { session, format }), _) => sessions::replay(&cli, session, *format),
         (Some(Command::Auto { command }), _) => anvil_runner::auto::cli::main(command),
         (None, prompt) => run(cli, prompt),

@@ -45,7 +45,7 @@ pub mod store;
 pub use record::{Entry, FORMAT_VERSION, Record, ReplaceReason, Todo, TodoStatus};
 pub use state::{Cost, FinishedCall, OpenCall, ReduceError, SessionState};
 pub use store::{
-    LoadedSession, SessionError, SessionStore, SessionSummary, SessionWriter, load, repair,
+    Listing, LoadedSession, SessionError, SessionStore, SessionSummary, SessionWriter, load, repair,
 };
 
 #[cfg(test)]

@@ -150,6 +150,17 @@ pub struct SessionSummary {
     pub cost: super::state::Cost,
 }
 
+/// What [`SessionStore::list_recent`] found.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The sessions that loaded, newest first.
+    pub sessions: Vec<SessionSummary>,
+    /// The files among the newest that do not load, and why.
+    pub unreadable: Vec<SessionError>,
+    /// Session files older than the newest `limit`, not read.
+    pub older: usize,
+}
+
 impl SessionStore {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into() }
@@ -227,45 +238,46 @@ impl SessionStore {
     /// `cwd`'s sessions, most recently written first. Files that do not load are left out
     /// (see [`SessionStore::list_all`]).
     pub fn list(&self, cwd: &Path) -> Result<Vec<SessionSummary>, SessionError> {
-        self.list_all(cwd).map(|(sessions, _)| sessions)
+        self.list_recent(cwd, usize::MAX).map(|l| l.sessions)
     }
 
-    /// `cwd`'s sessions, most recently written first, and why each `*.jsonl` file that does
-    /// not load does not (so a listing can show it instead of hiding it).
-    pub fn list_all(
-        &self,
-        cwd: &Path,
-    ) -> Result<(Vec<SessionSummary>, Vec<SessionError>), SessionError> {
+    /// `cwd`'s `limit` most recently written sessions, newest first, and why each of those
+    /// `*.jsonl` files that does not load does not (so a listing can show it instead of
+    /// hiding it). Only those files are read: the rest are counted from the directory
+    /// listing, so a directory of thousands of long sessions lists as fast as one of ten.
+    pub fn list_recent(&self, cwd: &Path, limit: usize) -> Result<Listing, SessionError> {
         let dir = self.dir_for(cwd);
         let entries = match std::fs::read_dir(&dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok((Vec::new(), Vec::new()));
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Listing::default()),
             Err(e) => return Err(io(&dir)(e)),
         };
-        let mut found = Vec::new();
-        let mut unreadable = Vec::new();
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_none_or(|e| e != "jsonl") {
-                continue;
+        let mut files: Vec<(SystemTime, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .map(|e| {
+                // `metadata` does not follow a symlink; `load` refuses what is not a file.
+                let modified = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .unwrap_or(UNIX_EPOCH);
+                (modified, e.path())
+            })
+            .collect();
+        files.sort_by(|a, b| b.cmp(a));
+        let older = files.len().saturating_sub(limit);
+        files.truncate(limit);
+        let mut listing = Listing {
+            older,
+            ..Listing::default()
+        };
+        for (modified, path) in files {
+            match load(&path) {
+                Ok(loaded) => listing.sessions.push(loaded.summary(modified)),
+                Err(e) => listing.unreadable.push(e),
             }
-            let loaded = match load(&path) {
-                Ok(l) => l,
-                Err(e) => {
-                    unreadable.push(e);
-                    continue;
-                }
-            };
-            let modified = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .unwrap_or(UNIX_EPOCH);
-            found.push(loaded.summary(modified));
         }
-        found.sort_by_key(|s| std::cmp::Reverse(s.modified));
-        Ok((found, unreadable))
+        Ok(listing)
     }
 
     /// The most recently written session file of `cwd`, chosen by modification time alone:

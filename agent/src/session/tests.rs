@@ -441,6 +441,53 @@ fn redacted_records_are_encoded_as_unredacted_ones_are() {
 }
 
 #[test]
+fn a_listing_reads_only_the_newest_sessions() {
+    let dir = scratch();
+    let s = store(dir.path());
+    let mut paths = Vec::new();
+    for i in 0..6 {
+        let (mut w, _) = s.create(cwd(), "m", None).unwrap();
+        w.append(&Record::MessageAppended {
+            message: Message::user_text(format!("session {i}")),
+        })
+        .unwrap();
+        let when = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000 + i);
+        let path = w.path().to_path_buf();
+        drop(w);
+        std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+        paths.push(path);
+    }
+    // The oldest file is broken: a listing of the newest never reads it.
+    std::fs::write(&paths[0], "{not json\n{\"also\": \"not\"}\n").unwrap();
+    std::fs::File::options()
+        .append(true)
+        .open(&paths[0])
+        .unwrap()
+        .set_modified(std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000))
+        .unwrap();
+    let recent = s.list_recent(cwd(), 3).unwrap();
+    let prompts: Vec<&str> = recent
+        .sessions
+        .iter()
+        .map(|x| x.first_prompt.as_str())
+        .collect();
+    assert_eq!(prompts, ["session 5", "session 4", "session 3"]);
+    assert_eq!(recent.older, 3);
+    assert!(recent.unreadable.is_empty(), "{:?}", recent.unreadable);
+    // Every one, and the broken one named.
+    let all = s.list_recent(cwd(), usize::MAX).unwrap();
+    assert_eq!(
+        (all.sessions.len(), all.older, all.unreadable.len()),
+        (5, 0, 1)
+    );
+}
+
+#[test]
 fn sessions_are_listed_newest_first_with_their_first_prompt() {
     let dir = scratch();
     let s = store(dir.path());

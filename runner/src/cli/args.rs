@@ -126,8 +126,13 @@ pub struct Cli {
 /// Subcommands: reading sessions.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum Command {
-    /// List this directory's sessions, newest first: id, age, model, prompts, first prompt.
-    Sessions,
+    /// List this directory's sessions, newest first: id, age, model, prompts, cost, first
+    /// prompt. Only the newest 20 are read unless --all.
+    Sessions {
+        /// List every session, however many (each file is read to show it).
+        #[arg(long)]
+        all: bool,
+    },
     /// Print a session readably: messages, tool calls with their arguments, results (long
     /// ones collapsed), usage per response.
     Replay {

@@ -213,11 +213,18 @@ fn slash_command(
         }
         "sessions" => match setup::session_store().and_then(|store| {
             store
-                .list(&session.cwd)
+                .list_recent(&session.cwd, crate::cli::sessions::RECENT)
                 .map_err(|e| setup::SetupError(e.to_string()))
         }) {
-            Ok(list) => {
-                for s in list {
+            Ok(listing) => {
+                for e in &listing.unreadable {
+                    let text = format!(
+                        "unreadable: {}",
+                        crate::cli::sessions::visible(&e.to_string())
+                    );
+                    println!("{}", style.red(&text));
+                }
+                for s in listing.sessions {
                     let here = session.agent.session_id() == Some(s.id.as_str());
                     println!(
                         "{} {}  {:>3} prompts  {:>9}  {}",
@@ -227,6 +234,10 @@ fn slash_command(
                         crate::cli::sessions::cost_label(&s.cost),
                         crate::cli::sessions::prompt_label(&s.first_prompt)
                     );
+                }
+                if listing.older > 0 {
+                    let text = format!("(and {} older: anvil sessions --all)", listing.older);
+                    println!("{}", style.dim(&text));
                 }
             }
             Err(e) => println!("{}", style.red(&e.to_string())),

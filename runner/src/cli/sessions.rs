@@ -22,16 +22,20 @@ const LINE_CHARS: usize = 2_000;
 /// a tool result (`  ⎿`), a usage line or a total (`──`).
 const GUTTER: &str = "│ ";
 
-/// `anvil sessions`: this directory's sessions, newest first.
-pub fn list(cli: &Cli) -> i32 {
+/// How many sessions `anvil sessions` reads and shows without `--all`.
+pub const RECENT: usize = 20;
+
+/// `anvil sessions [--all]`: this directory's sessions, newest first.
+pub fn list(cli: &Cli, all: bool) -> i32 {
+    let limit = if all { usize::MAX } else { RECENT };
     let listed = setup::workspace(cli).and_then(|cwd| {
         let store = setup::session_store()?;
         store
-            .list_all(&cwd)
+            .list_recent(&cwd, limit)
             .map(|l| (cwd, l))
             .map_err(|e| setup::SetupError(e.to_string()))
     });
-    let (cwd, (sessions, unreadable)) = match listed {
+    let (cwd, listing) = match listed {
         Ok(l) => l,
         Err(e) => {
             eprintln!("anvil: {e}");
@@ -39,15 +43,15 @@ pub fn list(cli: &Cli) -> i32 {
         }
     };
     // A file that does not load is shown, never hidden: it may be the newest session.
-    for e in &unreadable {
+    for e in &listing.unreadable {
         eprintln!("anvil: unreadable: {}", visible(&e.to_string()));
     }
     let mut out = std::io::stdout().lock();
-    if sessions.is_empty() {
+    if listing.sessions.is_empty() && listing.older == 0 {
         let _ = writeln!(out, "no sessions in {}", cwd.display());
         return exit::DONE;
     }
-    for s in sessions {
+    for s in listing.sessions {
         let line = format!(
             "{}  {:>8}  {:<24}  {:>3} prompts  {:>9}  {}",
             visible(&s.id),
@@ -60,6 +64,13 @@ pub fn list(cli: &Cli) -> i32 {
         if writeln!(out, "{line}").is_err() {
             return exit::CANCELLED;
         }
+    }
+    if listing.older > 0 {
+        let _ = writeln!(
+            out,
+            "… and {} older (anvil sessions --all lists every one)",
+            listing.older
+        );
     }
     exit::DONE
 }
