@@ -51,20 +51,34 @@ impl Default for HttpOptions {
 }
 
 impl HttpOptions {
-    /// A client with this connect timeout.
-    pub fn client(&self) -> Result<reqwest::Client, LlmError> {
-        reqwest::Client::builder()
-            .connect_timeout(self.connect_timeout)
+    /// A client with this connect timeout for requests to `base_url`. A plain `http://`
+    /// endpoint (a local model server, a test double) gets no TLS trust roots: loading the
+    /// platform's — every file under `/etc/ssl/certs` — costs a few milliseconds per process
+    /// and would never be used (a redirect to `https://` then fails instead of being trusted).
+    pub fn client(&self, base_url: &str) -> Result<reqwest::Client, LlmError> {
+        let mut builder = reqwest::Client::builder().connect_timeout(self.connect_timeout);
+        if is_plain_http(base_url) {
+            builder = builder.tls_certs_only(std::iter::empty());
+        }
+        builder
             .build()
             .map_err(|e| LlmError::Config(format!("could not build the HTTP client: {e}")))
     }
+}
+
+/// Whether `url` is `http://…` (any letter case), not `https://`.
+fn is_plain_http(url: &str) -> bool {
+    url.get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"))
 }
 
 /// What every HTTP provider has: a name, a client, an endpoint, the target's capabilities and
 /// the deadlines. Providers add their credentials and request shape.
 pub struct Endpoint {
     pub name: String,
-    pub http: reqwest::Client,
+    /// Built on the first request, for the base URL and options then set (so configuring a
+    /// provider — base URL, then options — builds no client it throws away).
+    http: std::sync::OnceLock<reqwest::Client>,
     pub base_url: String,
     pub caps: Capabilities,
     pub options: HttpOptions,
@@ -76,7 +90,7 @@ impl Endpoint {
         let options = HttpOptions::default();
         let mut endpoint = Self {
             name: name.to_string(),
-            http: options.client()?,
+            http: std::sync::OnceLock::new(),
             base_url: String::new(),
             caps: Capabilities::of(protocol),
             options,
@@ -89,6 +103,7 @@ impl Endpoint {
     /// A trailing slash is dropped. OpenAI Chat's max-token field follows the endpoint
     /// (`max_completion_tokens` for OpenAI itself, `max_tokens` elsewhere).
     pub fn set_base_url(&mut self, base_url: &str) {
+        self.http = std::sync::OnceLock::new();
         self.base_url = base_url.trim_end_matches('/').to_string();
         if self.protocol == Protocol::OpenaiChat {
             self.caps.max_tokens_field = MaxTokensField::default_for(&self.base_url).key();
@@ -103,9 +118,21 @@ impl Endpoint {
     }
 
     pub fn set_options(&mut self, options: HttpOptions) -> Result<(), LlmError> {
-        self.http = options.client()?;
+        self.http = std::sync::OnceLock::new();
         self.options = options;
         Ok(())
+    }
+
+    /// A POST to `url` on this endpoint's client (built now if this is the first request).
+    pub fn post(&self, url: String) -> Result<reqwest::RequestBuilder, LlmError> {
+        let client = match self.http.get() {
+            Some(client) => client,
+            None => {
+                let built = self.options.client(&self.base_url)?;
+                self.http.get_or_init(|| built)
+            }
+        };
+        Ok(client.post(url))
     }
 }
 
@@ -255,6 +282,30 @@ mod tests {
     use crate::protocol::Protocol;
     use crate::providers::stream_state;
     use crate::stream::StreamEvent;
+
+    #[test]
+    fn only_plain_http_endpoints_go_without_trust_roots() {
+        for url in [
+            "http://localhost:11434/v1",
+            "HTTP://127.0.0.1:9",
+            "http://x",
+        ] {
+            assert!(is_plain_http(url), "{url}");
+        }
+        for url in [
+            "https://api.anthropic.com",
+            "HTTPS://x",
+            "http:/x",
+            "",
+            "ftp://x",
+        ] {
+            assert!(!is_plain_http(url), "{url}");
+        }
+        // Both kinds build.
+        let options = HttpOptions::default();
+        options.client("http://127.0.0.1:9").unwrap();
+        options.client("https://api.anthropic.com").unwrap();
+    }
 
     fn chunk(s: &'static str) -> Result<Bytes, LlmError> {
         Ok(Bytes::from_static(s.as_bytes()))

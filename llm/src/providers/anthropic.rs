@@ -456,8 +456,7 @@ impl Provider for Anthropic {
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
         let request = self
             .endpoint
-            .http
-            .post(format!("{}/v1/messages", self.endpoint.base_url))
+            .post(format!("{}/v1/messages", self.endpoint.base_url))?
             .header("x-api-key", &self.api_key)
             .header("anthropic-version", API_VERSION)
             .header("accept", "text/event-stream")

@@ -599,11 +599,10 @@ impl Provider for Gemini {
         let body = to_wire(req, &self.endpoint.caps)?;
         let request = self
             .endpoint
-            .http
             .post(format!(
                 "{}/models/{}:streamGenerateContent?alt=sse",
                 self.endpoint.base_url, req.model
-            ))
+            ))?
             .header("x-goog-api-key", &self.api_key)
             .header("accept", "text/event-stream")
             .json(&body);

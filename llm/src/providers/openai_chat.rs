@@ -447,17 +447,16 @@ impl OpenAiChat {
         self
     }
 
-    fn request(&self, req: &ChatRequest) -> reqwest::RequestBuilder {
+    fn request(&self, req: &ChatRequest) -> Result<reqwest::RequestBuilder, LlmError> {
         let mut request = self
             .endpoint
-            .http
-            .post(format!("{}/chat/completions", self.endpoint.base_url))
+            .post(format!("{}/chat/completions", self.endpoint.base_url))?
             .header("accept", "text/event-stream")
             .json(&to_wire(req, &self.endpoint.caps));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        request
+        Ok(request)
     }
 }
 
@@ -469,7 +468,7 @@ impl Provider for OpenAiChat {
 
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
         send_streaming(
-            self.request(req),
+            self.request(req)?,
             Box::new(ChatStreamState::default()),
             &self.endpoint.options,
         )
@@ -896,10 +895,18 @@ mod tests {
         let keyless = OpenAiChat::new(None)
             .unwrap()
             .with_base_url("http://localhost:1/v1");
-        let built = keyless.request(&ChatRequest::default()).build().unwrap();
+        let built = keyless
+            .request(&ChatRequest::default())
+            .unwrap()
+            .build()
+            .unwrap();
         assert!(built.headers().get("authorization").is_none());
         let keyed = OpenAiChat::new(Some("sk-test".into())).unwrap();
-        let built = keyed.request(&ChatRequest::default()).build().unwrap();
+        let built = keyed
+            .request(&ChatRequest::default())
+            .unwrap()
+            .build()
+            .unwrap();
         assert_eq!(built.headers()["authorization"], "Bearer sk-test");
     }
 }

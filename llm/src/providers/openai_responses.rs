@@ -447,8 +447,7 @@ impl Provider for OpenAiResponses {
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
         let mut request = self
             .endpoint
-            .http
-            .post(format!("{}/responses", self.endpoint.base_url))
+            .post(format!("{}/responses", self.endpoint.base_url))?
             .header("accept", "text/event-stream")
             .json(&to_wire(req, &self.endpoint.caps));
         if let Some(key) = &self.api_key {
