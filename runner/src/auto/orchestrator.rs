@@ -858,6 +858,7 @@ impl Orchestrator {
                 let merged = repo.merge(&MergeRequest {
                     run: &run_id,
                     session,
+                    kind: SessionKind::Initializer,
                     expected: &base,
                     candidate: &candidate,
                     verified: &[],
@@ -1079,6 +1080,7 @@ impl Orchestrator {
                 let merged = repo.merge(&MergeRequest {
                     run: &run_id,
                     session,
+                    kind: SessionKind::Worker,
                     expected: &base,
                     candidate: &candidate,
                     verified: &newly,
