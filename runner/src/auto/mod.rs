@@ -169,8 +169,8 @@
 //!    during the initializer, and between the verdict and the merge — held there by the run
 //!    branch's reflog replaced with a FIFO — both before and after the branch moved),
 //!    `stopping` (vacuous check refused twice and re-run once, no-progress spin with diffs,
-//!    exact budget then a larger one, provider outage, persistent auth error, cancel of a
-//!    running run). Fixed on the way: an exact budget refused by an `f64` ulp, a re-run
+//!    `--max-sessions` and an exact budget each then a larger one, provider outage of 529s
+//!    and of 500s, persistent auth error, cancel of a running run). Fixed on the way: an exact budget refused by an `f64` ulp, a re-run
 //!    initializer's commit titled "no feature verified", a persistent auth error counted as
 //!    a model's session (it stalled the run instead of ending it `infra_failed`), and
 //!    `stalled_sessions` in the report (the current streak, 0 for a run stalled by the same

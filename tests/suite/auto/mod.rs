@@ -11,8 +11,9 @@
 //!   earlier feature, `reset --hard` and moved branches;
 //! - [`crash`]: `kill -9` mid-session, during the initializer, and between the verdict and
 //!   the merge;
-//! - [`stopping`]: vacuous checks at init, the no-progress spin, the exact budget, a provider
-//!   outage, `anvil auto cancel`.
+//! - [`stopping`]: vacuous checks at init, the no-progress spin, `--max-sessions`, the exact
+//!   budget, a provider outage (which must not end a run), a refused credential (which must),
+//!   `anvil auto cancel`.
 //!
 //! The model's behaviour in a scenario is a [`Script`]: what the initializer writes (a
 //! [`Project`]'s contract and files) and what each worker session does ([`Turn`] → tool

@@ -1,5 +1,6 @@
-//! How runs end other than complete: a vacuous contract, the no-progress spin, the exact
-//! budget, a provider outage (which must not end one), `anvil auto cancel`.
+//! How runs end other than complete: a vacuous contract, the no-progress spin,
+//! `--max-sessions`, the exact budget, a provider outage (which must not end one), a refused
+//! credential (which must), `anvil auto cancel`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -201,16 +202,52 @@ async fn an_exact_budget_stops_before_the_session_that_would_pass_it() {
     assert_eq!(m.log(&run)[0], "auto(s3): verify F003");
 }
 
-/// The provider answers 529 to the first worker session's requests, more times than
+/// `--max-sessions 2` on three features: two worker sessions run (the initializer is not
+/// one), the run ends `session_limited`; resuming with `--max-sessions 3` continues it to
+/// complete.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_sessions_ends_the_run_session_limited_and_a_larger_limit_continues_it() {
+    let server = Script::new(Project::new(THREE, &["F001", "F002", "F003"]))
+        .serve()
+        .await;
+    let m = Machine::with_specs(&server, None, &[("SPEC.md", THREE)]);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "2"]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out));
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_eq!(report["state"], "session_limited", "{report:#}");
+    assert_eq!(report["worker_sessions"], 2, "{report:#}");
+    assert_eq!(report["features_verified"], 2, "{report:#}");
+    assert_eq!(report["sessions_to_completion"], json!(null), "{report:#}");
+    assert_eq!(m.log(&run).len(), 4);
+    let out = m.anvil(&["resume", &run, "--max-sessions", "3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report = m.report(&run);
+    assert_eq!(report["state"], "complete", "{report:#}");
+    assert_eq!(report["sessions_to_completion"], 3, "{report:#}");
+    assert_eq!(
+        rows(&report),
+        expect_rows(&[
+            (0, 1, "accepted"),
+            (1, 1, "merged"),
+            (2, 1, "merged"),
+            (3, 1, "merged")
+        ]),
+        "{report:#}"
+    );
+    assert_eq!(m.log(&run)[0], "auto(s3): verify F003");
+}
+
+/// The provider answers `status` to the first worker session's requests, more times than
 /// `anvil -p` retries: that attempt fails as infrastructure and the session runs again as its
 /// next attempt, which counts neither towards `--max-sessions 2` nor the stall breaker: the
 /// run completes.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_provider_outage_is_retried_as_infrastructure_and_not_counted() {
+async fn a_provider_outage_is_retried_as_infrastructure_and_not_counted(status: u16, body: &str) {
     /// `anvil -p` tries a request 5 times; the outage outlasts one attempt's tries.
     const OUTAGE: usize = 7;
     let errors = Arc::new(AtomicUsize::new(0));
     let served = errors.clone();
+    let body = body.to_string();
     let server = Script::new(Project::two())
         .serve_with(move |seen, answer| {
             if !seen.initializer
@@ -221,11 +258,7 @@ async fn a_provider_outage_is_retried_as_infrastructure_and_not_counted() {
                     })
                     .is_ok()
             {
-                return Answer::error(
-                    529,
-                    r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
-                )
-                .header("retry-after", "0");
+                return Answer::error(status, body.clone()).header("retry-after", "0");
             }
             answer
         })
@@ -260,6 +293,24 @@ async fn a_provider_outage_is_retried_as_infrastructure_and_not_counted() {
             "init"
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_outage_of_529s_is_retried_as_infrastructure_and_not_counted() {
+    a_provider_outage_is_retried_as_infrastructure_and_not_counted(
+        529,
+        r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_provider_outage_of_500s_is_retried_as_infrastructure_and_not_counted() {
+    a_provider_outage_is_retried_as_infrastructure_and_not_counted(
+        500,
+        r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#,
+    )
+    .await;
 }
 
 /// The processes whose command line is exactly `args`.
