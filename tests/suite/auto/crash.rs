@@ -116,27 +116,6 @@ async fn kill_9_during_the_initializer_then_resume_completes() {
     assert!(!data.join("attempts/s0a1").exists());
 }
 
-/// The pids of the processes whose command line holds every one of `parts`.
-fn pids_running(parts: &[&str]) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if parts.iter().all(|p| args.iter().any(|a| a == p)) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
 /// `kill -9` of the worker after the session's verdict is recorded and before the run branch
 /// moved. The pause is a natural one: the branch's reflog is replaced with a FIFO, so git's
 /// `update-ref` of the run branch — holding the ref's lock, not yet having moved it — blocks

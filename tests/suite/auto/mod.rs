@@ -650,3 +650,24 @@ pub fn wait_for(limit: Duration, what: &str, check: impl FnMut() -> bool) {
 pub fn exists(path: &Path) -> bool {
     path.symlink_metadata().is_ok()
 }
+
+/// The pids of the processes whose command line holds every one of `parts`.
+fn pids_running(parts: &[&str]) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if parts.iter().all(|p| args.iter().any(|a| a == p)) {
+            pids.push(pid);
+        }
+    }
+    pids
+}

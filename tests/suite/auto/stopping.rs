@@ -313,24 +313,6 @@ async fn a_provider_outage_of_500s_is_retried_as_infrastructure_and_not_counted(
     .await;
 }
 
-/// The processes whose command line is exactly `args`.
-fn processes(args: &[&str]) -> usize {
-    let mut n = 0;
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
-            let found: Vec<&[u8]> = cmdline
-                .split(|b| *b == 0)
-                .filter(|a| !a.is_empty())
-                .collect();
-            if found.len() == args.len() && found.iter().zip(args).all(|(f, a)| *f == a.as_bytes())
-            {
-                n += 1;
-            }
-        }
-    }
-    n
-}
-
 /// `anvil auto cancel RUN` while a worker session's command runs: the session's process
 /// group is killed (its command with it), the run ends `cancelled`, and `anvil auto run`
 /// exits 13.
@@ -348,16 +330,20 @@ async fn cancel_of_a_running_run_kills_the_session_and_ends_it_cancelled() {
     wait_for(
         Duration::from_secs(120),
         "the worker session's command to run",
-        || processes(SLEEP) > 0,
+        || !pids_running(SLEEP).is_empty(),
     );
+    // The session's agent, `anvil -p` with the attempt's config.
+    let config = m.data(&run).join("attempts/s1a1.config.json");
+    let config = config.to_str().unwrap();
+    assert_eq!(pids_running(&["--pinned-config", config]).len(), 1);
     let out = m.anvil(&["cancel", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(13));
     wait_for(
         Duration::from_secs(60),
-        "the session's command to be killed",
-        || processes(SLEEP) == 0,
+        "the session's agent and its command to be killed",
+        || pids_running(SLEEP).is_empty() && pids_running(&["--pinned-config", config]).is_empty(),
     );
     let report = m.report(&run);
     assert_eq!(report["state"], "cancelled", "{report:#}");
