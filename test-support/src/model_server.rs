@@ -49,12 +49,14 @@ impl WireFormat {
     }
 }
 
-/// One answer: an SSE body (or an error body with `status`), sent after `delay`.
+/// One answer: an SSE body (or an error body with `status`), sent after `delay`, with
+/// `headers` besides the content type (e.g. `retry-after`).
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub status: u16,
     pub body: String,
     pub delay: Duration,
+    pub headers: Vec<(String, String)>,
 }
 
 impl Answer {
@@ -64,6 +66,7 @@ impl Answer {
             status: 200,
             body: body.into(),
             delay: Duration::ZERO,
+            headers: Vec::new(),
         }
     }
 
@@ -73,11 +76,18 @@ impl Answer {
             status,
             body: body.into(),
             delay: Duration::ZERO,
+            headers: Vec::new(),
         }
     }
 
     pub fn after(mut self, delay: Duration) -> Answer {
         self.delay = delay;
+        self
+    }
+
+    /// The answer with header `name: value` too.
+    pub fn header(mut self, name: &str, value: &str) -> Answer {
+        self.headers.push((name.to_string(), value.to_string()));
         self
     }
 }
@@ -94,7 +104,10 @@ impl Respond for Responder {
         let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let answer = (self.answer)(&body);
         self.requests.lock().unwrap().push(body);
-        let template = ResponseTemplate::new(answer.status).set_delay(answer.delay);
+        let mut template = ResponseTemplate::new(answer.status).set_delay(answer.delay);
+        for (name, value) in &answer.headers {
+            template = template.insert_header(name.as_str(), value.as_str());
+        }
         if answer.status == 200 {
             template
                 .insert_header("content-type", "text/event-stream")

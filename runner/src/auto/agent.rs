@@ -23,6 +23,36 @@ pub struct AgentRun {
     pub steps: u32,
     pub cost_usd: Option<f64>,
     pub accounting: Accounting,
+    /// Why the turn failed (`failed` only).
+    pub error: Option<String>,
+}
+
+impl AgentRun {
+    /// The provider's refusal of the credentials (HTTP 401 or 403) that ended the turn, if it
+    /// did: no later attempt does better, so it is a persistent infrastructure failure, never
+    /// a session the model had.
+    pub fn auth_refused(&self) -> Option<&str> {
+        if self.outcome != "failed" {
+            return None;
+        }
+        let error = self.error.as_deref()?;
+        [401, 403]
+            .into_iter()
+            .any(|status| error.starts_with(&http_error_prefix(status)))
+            .then_some(error)
+    }
+}
+
+/// How `anvil -p` says a request ended with HTTP `status`: the provider error's own text
+/// ("HTTP 401 from the provider"), up to its body.
+fn http_error_prefix(status: u16) -> String {
+    let shown = anvil_llm::LlmError::Http {
+        status,
+        body: String::new(),
+        retry_after: None,
+    }
+    .to_string();
+    shown.split(':').next().unwrap_or_default().to_string()
 }
 
 /// Why the agent did not end a session: the infrastructure's failure (retried as the next
@@ -67,6 +97,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
             steps: 0,
             cost_usd: None,
             accounting: Accounting::Unknown,
+            error: None,
         },
         ChildRun::Finished(result) => AgentRun {
             outcome: result.outcome.as_str().to_string(),
@@ -74,6 +105,46 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
             steps: result.steps,
             cost_usd: result.cost_usd,
             accounting: result.accounting,
+            error: result.error,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(error: &str) -> AgentRun {
+        AgentRun {
+            outcome: "failed".into(),
+            text: String::new(),
+            steps: 1,
+            cost_usd: None,
+            accounting: Accounting::Unknown,
+            error: Some(error.into()),
+        }
+    }
+
+    #[test]
+    fn only_a_refusal_of_the_credentials_is_an_auth_failure() {
+        let refused = anvil_llm::LlmError::Http {
+            status: 401,
+            body: r#"{"error": {"message": "invalid x-api-key"}}"#.into(),
+            retry_after: None,
+        }
+        .to_string();
+        assert_eq!(failed(&refused).auth_refused(), Some(refused.as_str()));
+        for other in [
+            "HTTP 400 from the provider: bad request",
+            "HTTP 4010 from the provider: no such status",
+            "could not reach the provider: connection refused",
+        ] {
+            assert_eq!(failed(other).auth_refused(), None, "{other}");
+        }
+        let done = AgentRun {
+            outcome: "done".into(),
+            ..failed(&refused)
+        };
+        assert_eq!(done.auth_refused(), None);
+    }
 }

@@ -417,6 +417,20 @@ pub async fn report_json(db: &Db, run: &str) -> Result<serde_json::Value, AutoCl
         .filter(|s| s.kind == "worker" && !matches!(s.state.as_str(), "dead" | "infra_failed"))
         .count();
     let per_usd = (spent > 0.0).then(|| ledger.verified as f64 / spent);
+    // Worker sessions that ended without a newly verified feature (not merged, unchanged, or
+    // merged with nothing verified), whichever rule of the stall breaker they fed.
+    let stalled_sessions = sessions
+        .iter()
+        .filter(|s| {
+            s.kind == "worker" && matches!(s.state.as_str(), "merged" | "not_merged" | "unchanged")
+        })
+        .filter(|s| {
+            s.verified_delta
+                .as_deref()
+                .and_then(|d| serde_json::from_str::<Vec<String>>(d).ok())
+                .is_none_or(|d| d.is_empty())
+        })
+        .count();
     Ok(json!({
         "run": row.id,
         "state": row.state,
@@ -430,7 +444,7 @@ pub async fn report_json(db: &Db, run: &str) -> Result<serde_json::Value, AutoCl
         "cost_usd": spent,
         "cost_unknown": ledger.cost_unknown,
         "verified_per_usd": per_usd,
-        "stalled_sessions": ledger.no_progress,
+        "stalled_sessions": stalled_sessions,
         "false_claims": payloads("false_claim"),
         "rejected_edits": payloads("validator.rejected"),
         "protected_edits": payloads("validator.protected_edit"),

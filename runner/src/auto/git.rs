@@ -35,6 +35,7 @@ use std::process::{Command, Output, Stdio};
 use anvil_grader::protect::ProtectedPaths;
 
 use crate::auto::ids::{AttemptId, RunId};
+use crate::auto::run_state::SessionKind;
 
 pub const AUTHOR_NAME: &str = "anvil auto";
 pub const AUTHOR_EMAIL: &str = "anvil-auto@localhost";
@@ -287,6 +288,8 @@ pub enum TreeEdit {
 pub struct MergeRequest<'a> {
     pub run: &'a RunId,
     pub session: u32,
+    /// The initializer's merge accepts the contract (session 0, or a re-run's number).
+    pub kind: SessionKind,
     /// Where the run branch is now (compare-and-swap).
     pub expected: &'a Oid,
     /// The session's candidate commit.
@@ -323,12 +326,13 @@ impl Merged {
 pub fn merge_message(
     run: &RunId,
     session: u32,
+    kind: SessionKind,
     verified: &[String],
     cost_usd: Option<f64>,
     candidate: &Oid,
 ) -> String {
-    let title = if session == 0 {
-        "auto(s0): accept the contract".to_string()
+    let title = if kind == SessionKind::Initializer {
+        format!("auto(s{session}): accept the contract")
     } else if verified.is_empty() {
         format!("auto(s{session}): no feature verified")
     } else {
@@ -669,7 +673,14 @@ impl Repo {
         let date = self
             .git("show")
             .text(&["show", "-s", "--format=%ct", m.candidate.as_str()])?;
-        let message = merge_message(m.run, m.session, m.verified, m.cost_usd, m.candidate);
+        let message = merge_message(
+            m.run,
+            m.session,
+            m.kind,
+            m.verified,
+            m.cost_usd,
+            m.candidate,
+        );
         let commit = self
             .git("commit-tree")
             .dates(format!("@{date} +0000"))

@@ -31,8 +31,8 @@
 //!   to a recorded end (steps 1–8 below, the initializer, crash recovery), the agent as a
 //!   child `anvil -p`, minimal built-in instructions and the status block.
 //! - [`cli`] *(built, first slice)*: `anvil auto run|status|report|cancel|resume`.
-//! - The benchmarks, the rest of the scenario suite, the skills and the stop hook:
-//!   *remaining* (below).
+//! - The scenario suite *(built)*: `tests/suite/auto/` (one module per theme).
+//! - The benchmarks, the skills and the stop hook: *remaining* (below).
 //!
 //! # A run
 //!
@@ -106,7 +106,8 @@
 //! candidate must hold a `features.json` that parses ([`contract::Contract::parse`]), whose
 //! checks all **fail** at the candidate ([`verdict::fail_before`]: a check passing before any
 //! work is vacuous). Then [`contract::Contract::accept`] writes the spec digest and the merge
-//! `auto(s0): accept the contract` makes the accepted commit, the run branch's first. A
+//! `auto(s<N>): accept the contract` (s0, or the re-run's number) makes the accepted commit,
+//! the run branch's first. A
 //! refused contract re-runs the initializer once with the reason
 //! ([`run_state::Next::Start::note`]); refused again, `invalid_contract`.
 //!
@@ -142,10 +143,8 @@
 //!
 //! # Remaining, in order
 //!
-//! Done in the first slice: the queue job and migrations (1), the orchestrator (2), the CLI
-//! without `init` (4), and of the scenario suite (5, `tests/suite/auto.rs`): happy path on
-//! SQLite and Postgres, claim without a passing check (stalls, never complete although the
-//! model says "all done"), tampered description, `kill -9` mid-session then resume.
+//! Done: the queue job and migrations (1), the orchestrator (2), the CLI without `init` (4),
+//! the scenario suite (5).
 //!
 //! 1. *(done)*
 //! 2. *(done; known gaps: a dead attempt's cost is recorded as unknown, which stops a run with
@@ -154,14 +153,28 @@
 //!    next cancel poll)*
 //! 3. The agent's session: the initializer and worker instructions as two built-in skills,
 //!    a stop hook running `test_command`, the sandbox of step 3 (the status block is built,
-//!    minimal, in [`prompts`]).
+//!    minimal, in [`prompts`]). Today the agent runs in an eval trial's confined sandbox,
+//!    which hides the user's checkout, its `.git/objects` included: git inside the attempt's
+//!    worktree finds no commits (`git log`, `git diff` and `git status` fail for the agent).
+//!    Showing the objects read-only needs a read-only path in the child's `TrialConfig`
+//!    (`jobs::child`).
 //! 4. *(done but `init`)* The CLI: `anvil auto init|run|resume|status|report|cancel`, exit codes from
 //!    [`run_state::Terminal::exit_code`] and [`run_state::EXIT_TABLE`] in `--help` and the
 //!    README.
-//! 5. The scripted scenario suite (real orchestrator, scripted model); still to write:
-//!    vacuous check, breaking an earlier feature,
-//!    editing or skipping a test, no-progress spin with diffs, `kill -9` during init and
-//!    between validation and merge, exact budget, provider outage, `reset --hard`, two runs in one repo.
+//! 5. *(done)* The scripted scenario suite (real `anvil auto`, real orchestrator, scripted
+//!    model), `tests/suite/auto/`: `happy` (happy path on SQLite and Postgres, two runs in
+//!    one repository at once), `integrity` (false claims with "promise COMPLETE", tampered
+//!    description, a protected test edited, deleted or skipped, an earlier feature broken,
+//!    `reset --hard` and moved branches inside a session), `crash` (`kill -9` mid-session,
+//!    during the initializer, and between the verdict and the merge — held there by the run
+//!    branch's reflog replaced with a FIFO — both before and after the branch moved),
+//!    `stopping` (vacuous check refused twice and re-run once, no-progress spin with diffs,
+//!    `--max-sessions` and an exact budget each then a larger one, provider outage of 529s
+//!    and of 500s, persistent auth error, cancel of a running run). Fixed on the way: an exact budget refused by an `f64` ulp, a re-run
+//!    initializer's commit titled "no feature verified", a persistent auth error counted as
+//!    a model's session (it stalled the run instead of ending it `infra_failed`), and
+//!    `stalled_sessions` in the report (the current streak, 0 for a run stalled by the same
+//!    failing output; now every worker session that verified nothing new).
 //! 6. Benchmarks: harness overhead per session excluding model and checks (target ≤ 100 ms on
 //!    a 1,000-file repository), and the pass-to-pass re-check of 50 instant features.
 //! 7. Trying it on the local model (two Python features, a kill mid-run), in the closing note.

@@ -95,6 +95,9 @@ enum SessionError {
     Verify(#[from] VerifyError),
     #[error(transparent)]
     Agent(#[from] AgentError),
+    /// The provider refused the credentials: no attempt can do better.
+    #[error("the provider refused the credentials: {0}")]
+    AuthRefused(String),
     #[error("check of {id} could not run: {reason}")]
     CheckInfra { id: String, reason: String },
     #[error("the run's {what} does not read: {reason}")]
@@ -110,7 +113,7 @@ impl SessionError {
     fn persistent(&self) -> bool {
         match self {
             SessionError::Agent(e) => e.persistent(),
-            SessionError::Corrupt { .. } => true,
+            SessionError::Corrupt { .. } | SessionError::AuthRefused(_) => true,
             _ => false,
         }
     }
@@ -586,6 +589,9 @@ impl Orchestrator {
             }
         };
         let run = self.agent(ctx, &wt.dir, &transcript, &prompt).await?;
+        if let Some(error) = run.auth_refused() {
+            return Err(SessionError::AuthRefused(error.to_string()));
+        }
         let mut flags = Vec::new();
         match run.outcome.as_str() {
             "max_steps" => flags.push("max_steps"),
@@ -858,6 +864,7 @@ impl Orchestrator {
                 let merged = repo.merge(&MergeRequest {
                     run: &run_id,
                     session,
+                    kind: SessionKind::Initializer,
                     expected: &base,
                     candidate: &candidate,
                     verified: &[],
@@ -1079,6 +1086,7 @@ impl Orchestrator {
                 let merged = repo.merge(&MergeRequest {
                     run: &run_id,
                     session,
+                    kind: SessionKind::Worker,
                     expected: &base,
                     candidate: &candidate,
                     verified: &newly,

@@ -280,6 +280,14 @@ pub enum Next {
     },
 }
 
+/// `usd` in whole billionths of a dollar, for comparing amounts of money: sums of `f64`
+/// costs are off by an ulp (three sessions of $0.00051 make $0.0015300000000000001), which
+/// must not refuse a session that fits a budget exactly. A billionth is far below any
+/// price a provider charges for a token.
+fn nano_usd(usd: f64) -> i128 {
+    (usd * 1e9).round() as i128
+}
+
 /// How many times a refused contract's initializer is re-run.
 const INITIALIZER_RERUNS: u32 = 1;
 
@@ -462,9 +470,9 @@ impl Ledger {
                 Estimate::Usd(usd) if !(usd.is_finite() && usd >= 0.0) => {
                     return refuse(format!("the session's estimate ({usd}) is not a cost"));
                 }
-                Estimate::Usd(usd) if self.spent_usd + usd > max => {
+                Estimate::Usd(usd) if nano_usd(self.spent_usd + usd) > nano_usd(max) => {
                     return refuse(format!(
-                        "${:.4} spent and the next session reserves ${usd:.4}: over the ${max} budget",
+                        "${:.6} spent and the next session reserves ${usd:.6}: over the ${max} budget",
                         self.spent_usd
                     ));
                 }

@@ -15,6 +15,7 @@ use anvil_grader::protect::ProtectedPaths;
 use anvil_runner::auto::contract::{self, Contract};
 use anvil_runner::auto::git::{GitError, MergeRequest, Merged, Oid, Repo, TreeEdit, merge_message};
 use anvil_runner::auto::ids::{AttemptId, RunId};
+use anvil_runner::auto::run_state::SessionKind;
 use anvil_runner::auto::verdict::{self, CheckOutcome, SessionChecks};
 use anvil_runner::auto::verify::{self, Verifier};
 use anvil_test_support::home::{Home, git};
@@ -245,6 +246,7 @@ fn the_users_checkout_index_stash_head_and_reflog_are_untouched() {
     let request = MergeRequest {
         run: &run,
         session: 1,
+        kind: SessionKind::Worker,
         expected: &head,
         candidate: &candidate,
         verified: &verified,
@@ -258,7 +260,15 @@ fn the_users_checkout_index_stash_head_and_reflog_are_untouched() {
     assert_eq!(parent(&repo, &merged), head.as_str());
     assert_eq!(
         git_out(&repo, &["log", "-1", "--format=%B", merged.as_str()]).trim_end(),
-        merge_message(&run, 1, &verified, Some(0.25), &candidate).trim_end()
+        merge_message(
+            &run,
+            1,
+            SessionKind::Worker,
+            &verified,
+            Some(0.25),
+            &candidate
+        )
+        .trim_end()
     );
     assert_eq!(
         git_out(
@@ -580,6 +590,7 @@ async fn the_verify_step_grades_a_commit_with_the_protected_tests_laid_over() {
         .merge(&MergeRequest {
             run: &run,
             session: 0,
+            kind: SessionKind::Initializer,
             expected: &start,
             candidate: &init_candidate,
             verified: &[],

@@ -264,6 +264,50 @@ fn the_decision_table() {
             want: Ok((SessionKind::Worker, 2, 1)),
         },
         Case {
+            name: "an exact fit whose f64 sum is an ulp over is admitted",
+            limits: Limits {
+                max_cost_usd: Some(0.00153),
+                ..limits
+            },
+            estimate: Estimate::Usd(0.00051),
+            events: vec![
+                Event::ContractAccepted {
+                    features: 3,
+                    cost_usd: Some(0.00051),
+                },
+                Event::WorkerFinished(WorkerSession {
+                    newly_verified: 1,
+                    verified: 1,
+                    changed_outside_notes: true,
+                    failure_fingerprint: None,
+                    cost_usd: Some(0.00051),
+                }),
+            ],
+            want: Ok((SessionKind::Worker, 2, 1)),
+        },
+        Case {
+            name: "a billionth over the budget is over",
+            limits: Limits {
+                max_cost_usd: Some(0.00153),
+                ..limits
+            },
+            estimate: Estimate::Usd(0.000510001),
+            events: vec![
+                Event::ContractAccepted {
+                    features: 3,
+                    cost_usd: Some(0.00051),
+                },
+                Event::WorkerFinished(WorkerSession {
+                    newly_verified: 1,
+                    verified: 1,
+                    changed_outside_notes: true,
+                    failure_fingerprint: None,
+                    cost_usd: Some(0.00051),
+                }),
+            ],
+            want: Err(Terminal::BudgetLimited),
+        },
+        Case {
             name: "unknown pricing with a hard budget refuses to start",
             limits: Limits {
                 max_cost_usd: Some(100.0),
