@@ -550,6 +550,15 @@ pub fn child_run_id(child: &mut Child) -> String {
     std::io::BufReader::new(stdout)
         .read_line(&mut line)
         .unwrap();
+    if line.trim().is_empty() {
+        // It ended before printing a run id: say why, not "no such run" later.
+        let mut stderr = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            std::io::Read::read_to_string(&mut e, &mut stderr).unwrap();
+        }
+        let status = child.wait().unwrap();
+        panic!("anvil auto printed no run id ({status}): {stderr}");
+    }
     line.trim().to_string()
 }
 

@@ -110,26 +110,21 @@ impl Db {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(Duration::from_secs(30))
                     .foreign_keys(false);
-                // The file is created here, once. The pool's connections never create it: one
-                // opened after the file was deleted would quietly start an empty queue at the
-                // same path.
-                if create && !path.exists() {
-                    use sqlx::ConnectOptions;
-                    let conn = options
-                        .clone()
-                        .create_if_missing(true)
-                        .connect()
-                        .await
-                        .map_err(|e| open_err(e.to_string()))?;
-                    sqlx::Connection::close(conn)
-                        .await
-                        .map_err(|e| open_err(e.to_string()))?;
-                }
-                let pool = SqlitePoolOptions::new()
-                    .max_connections(max_connections.max(2))
-                    .connect_with(options)
-                    .await
-                    .map_err(|e| open_err(e.to_string()))?;
+                // Two processes opening a fresh file at once (two `anvil auto run`s, a run and
+                // a worker) contend for the lock that turning on WAL takes, and SQLite answers
+                // that with SQLITE_BUSY at once rather than through the busy timeout: try again.
+                let mut tries = 0;
+                let pool = loop {
+                    tries += 1;
+                    match Self::connect_sqlite(path, &options, create, max_connections).await {
+                        Ok(pool) => break pool,
+                        Err(e) if tries < 20 && sqlite_busy(&e) => {
+                            tracing::debug!("opening the queue again after: {e}");
+                            tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+                        }
+                        Err(e) => return Err(open_err(e.to_string())),
+                    }
+                };
                 let db = Db::Sqlite(pool);
                 db.migrate().await?;
                 Ok(db)
@@ -150,6 +145,26 @@ impl Db {
                 Ok(db)
             }
         }
+    }
+
+    /// Opens the pool, creating the file first when `create` and it is missing.
+    async fn connect_sqlite(
+        path: &std::path::Path,
+        options: &SqliteConnectOptions,
+        create: bool,
+        max_connections: u32,
+    ) -> Result<SqlitePool, sqlx::Error> {
+        // The file is created here, once. The pool's connections never create it: one opened
+        // after the file was deleted would quietly start an empty queue at the same path.
+        if create && !path.exists() {
+            use sqlx::ConnectOptions;
+            let conn = options.clone().create_if_missing(true).connect().await?;
+            sqlx::Connection::close(conn).await?;
+        }
+        SqlitePoolOptions::new()
+            .max_connections(max_connections.max(2))
+            .connect_with(options.clone())
+            .await
     }
 
     async fn migrate(&self) -> Result<(), QueueError> {
@@ -206,6 +221,17 @@ impl Db {
     pub async fn close(&self) {
         on_pool!(self, pool => pool.close().await)
     }
+}
+
+/// Whether SQLite refused for a lock another connection holds (SQLITE_BUSY or SQLITE_LOCKED,
+/// in any of their extended forms).
+fn sqlite_busy(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else {
+        return false;
+    };
+    db.code()
+        .and_then(|c| c.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
 }
 
 #[cfg(test)]
