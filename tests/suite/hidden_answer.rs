@@ -153,9 +153,10 @@ async fn a_trial_cannot_read_the_sweeps_transcripts() {
     let probe = format!(
         "echo LS-START; ls -R {a}; echo LS-END; cat {a}/t1/good/0.jsonl && echo READ-0; \
          cat {a}/t1/good/1.jsonl && echo READ-1; echo FIND-START; \
-         find / \\( -name '0.jsonl' -o -name '1.jsonl' \\) -not -path '/proc/*' 2>/dev/null; \
+         find / \\( -name '0.jsonl' -o -name '1.jsonl' \\) -path '*/{unique}/*' -not -path '/proc/*' 2>/dev/null; \
          echo FIND-END; echo PROBE-DONE",
-        a = artifacts.display()
+        a = artifacts.display(),
+        unique = unique_name(h),
     );
     let (server, seen) = support::prober(probe).await;
     let cfg = h.join("cfg/anvil");
@@ -253,9 +254,10 @@ async fn a_trial_cannot_read_an_earlier_sweeps_transcripts() {
     let earlier = earlier_root.join("sweeps/before");
     let probe = format!(
         "echo LS-START; ls -R {a}; echo LS-END; cat {a}/t1/good/0.jsonl && echo READ-0; \
-         echo FIND-START; find / -name '0.jsonl' -not -path '/proc/*' 2>/dev/null; \
+         echo FIND-START; find / -name '0.jsonl' -path '*/{unique}/*' -not -path '/proc/*' 2>/dev/null; \
          echo FIND-END; echo PROBE-DONE",
-        a = earlier.display()
+        a = earlier.display(),
+        unique = unique_name(h),
     );
     let (server, seen) = support::prober(probe).await;
     let cfg = h.join("cfg/anvil");
@@ -332,4 +334,11 @@ async fn a_trial_cannot_read_an_earlier_sweeps_transcripts() {
     for leak in ["READ-0", "session_started"] {
         assert!(!stdout.contains(leak), "the trial saw {leak}: {result}");
     }
+}
+
+/// The name of a test's own home directory, unique on the machine: `find /` looks only for
+/// the transcripts under it, so a sweep some other program left on the machine (in /opt, say,
+/// recorded in a queue this test never sees) is no failure of this test's promise.
+fn unique_name(home: &std::path::Path) -> String {
+    home.file_name().unwrap().to_string_lossy().into_owned()
 }

@@ -391,7 +391,16 @@ async fn killed_worker_is_replaced(postgres: bool) {
         .unwrap();
     assert_eq!(lost["attempt"], 2, "the lost trial ran again: {lost}");
     assert_eq!(lost["pass"], json!(victim.key.model == "good"), "{lost}");
-    let left: Vec<String> = std::fs::read_dir(s.home.path().join("anvil-trials"))
+    // Workspaces went to the default root in TMPDIR (the home here): `anvil-trials-<uid>`.
+    let root = std::fs::read_dir(s.home.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("anvil-trials-"))
+        })
+        .unwrap_or_else(|| panic!("no anvil-trials-<uid> in {}", s.home.path().display()));
+    let left: Vec<String> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
