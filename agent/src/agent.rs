@@ -357,6 +357,7 @@ impl Agent {
             outcome = TurnOutcome::Failed {
                 error: format!("the session could not be written, so the turn stopped: {e}"),
                 retryable: false,
+                http_status: None,
             };
         }
         self.events
@@ -414,7 +415,8 @@ impl Agent {
             Ok(Some(c)) => c,
             Ok(None) => return Step::Finished(TurnOutcome::Cancelled),
             Err(e) => {
-                let (error, retryable) = (e.to_string(), e.is_retryable());
+                let (error, retryable, http_status) =
+                    (e.to_string(), e.is_retryable(), e.http_status());
                 self.events
                     .send(AgentEvent::StepFailed {
                         step,
@@ -422,7 +424,11 @@ impl Agent {
                         retryable,
                     })
                     .await;
-                return Step::Finished(TurnOutcome::Failed { error, retryable });
+                return Step::Finished(TurnOutcome::Failed {
+                    error,
+                    retryable,
+                    http_status,
+                });
             }
         };
         let mut message = completion.message;
@@ -910,5 +916,6 @@ fn broken_transcript(e: TranscriptError) -> TurnOutcome {
     TurnOutcome::Failed {
         error: format!("the transcript is invalid, so no request was sent: {e}"),
         retryable: false,
+        http_status: None,
     }
 }

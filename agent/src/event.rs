@@ -33,6 +33,9 @@ pub enum TurnOutcome {
     Failed {
         error: String,
         retryable: bool,
+        /// The provider's HTTP status, when a response's status ended the turn.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        http_status: Option<u16>,
     },
 }
 
@@ -249,6 +252,7 @@ mod tests {
             outcome: TurnOutcome::Failed {
                 error: "HTTP 500".into(),
                 retryable: true,
+                http_status: None,
             },
         };
         assert_eq!(

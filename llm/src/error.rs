@@ -56,6 +56,15 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// The HTTP status of the response that ended the request, when a status did (401/403: the
+    /// credentials were refused, which no retry fixes).
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            LlmError::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
     /// Whether trying the same request again may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {

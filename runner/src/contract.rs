@@ -134,6 +134,10 @@ pub struct HeadlessResult {
     /// Whether a failure was one a later retry may not hit (`failed` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retryable: Option<bool>,
+    /// The provider's HTTP status when a response's status ended the turn (`failed` only):
+    /// 401/403 means the credentials were refused, which no retry fixes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_status: Option<u16>,
     /// The provider's stop reason (`protocol_stopped` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -247,6 +251,7 @@ mod tests {
             accounting: Accounting::Reported,
             error: None,
             retryable: None,
+            http_status: None,
             reason: None,
             session_unwritten: false,
             session_id: None,
@@ -288,6 +293,13 @@ mod tests {
                 error: Some("the session could not be written: No space left on device".into()),
                 retryable: Some(false),
                 session_unwritten: true,
+                ..result()
+            },
+            HeadlessResult {
+                outcome: HeadlessOutcome::Failed,
+                error: Some("HTTP 401 from the provider: invalid x-api-key".into()),
+                retryable: Some(false),
+                http_status: Some(401),
                 ..result()
             },
         ] {

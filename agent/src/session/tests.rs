@@ -848,10 +848,16 @@ async fn a_full_disk_ends_the_turn_as_failed_and_sends_nothing_unrecorded() {
     let outcome = a
         .run_turn(vec![ContentBlock::text("hello")], CancellationToken::new())
         .await;
-    let TurnOutcome::Failed { error, retryable } = &outcome else {
+    let TurnOutcome::Failed {
+        error,
+        retryable,
+        http_status,
+    } = &outcome
+    else {
         panic!("{outcome:?}")
     };
     assert!(!retryable);
+    assert_eq!(*http_status, None, "a full disk is no provider's answer");
     assert!(
         error.contains(&path.display().to_string()) && error.contains("No space left on device"),
         "{error}"

@@ -377,6 +377,7 @@ async fn every_error_path_ends_with_exactly_one_turn_finished() {
             outcome,
             TurnOutcome::Failed {
                 retryable: true,
+                http_status: Some(503),
                 ..
             }
         ),
@@ -419,6 +420,7 @@ async fn every_error_path_ends_with_exactly_one_turn_finished() {
             outcome,
             TurnOutcome::Failed {
                 retryable: false,
+                http_status: None,
                 ..
             }
         ),

@@ -25,34 +25,25 @@ pub struct AgentRun {
     pub accounting: Accounting,
     /// Why the turn failed (`failed` only).
     pub error: Option<String>,
+    /// The provider's HTTP status when a response's status ended the turn.
+    pub http_status: Option<u16>,
 }
 
 impl AgentRun {
     /// The provider's refusal of the credentials (HTTP 401 or 403) that ended the turn, if it
     /// did: no later attempt does better, so it is a persistent infrastructure failure, never
-    /// a session the model had.
+    /// a session the model had. Read from the typed status `anvil -p` reports, never from
+    /// the error's wording.
     pub fn auth_refused(&self) -> Option<&str> {
-        if self.outcome != "failed" {
+        if self.outcome != "failed" || !matches!(self.http_status, Some(401 | 403)) {
             return None;
         }
-        let error = self.error.as_deref()?;
-        [401, 403]
-            .into_iter()
-            .any(|status| error.starts_with(&http_error_prefix(status)))
-            .then_some(error)
+        Some(
+            self.error
+                .as_deref()
+                .unwrap_or("HTTP 401/403 from the provider"),
+        )
     }
-}
-
-/// How `anvil -p` says a request ended with HTTP `status`: the provider error's own text
-/// ("HTTP 401 from the provider"), up to its body.
-fn http_error_prefix(status: u16) -> String {
-    let shown = anvil_llm::LlmError::Http {
-        status,
-        body: String::new(),
-        retry_after: None,
-    }
-    .to_string();
-    shown.split(':').next().unwrap_or_default().to_string()
 }
 
 /// Why the agent did not end a session: the infrastructure's failure (retried as the next
@@ -98,6 +89,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
             cost_usd: None,
             accounting: Accounting::Unknown,
             error: None,
+            http_status: None,
         },
         ChildRun::Finished(result) => AgentRun {
             outcome: result.outcome.as_str().to_string(),
@@ -106,6 +98,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
             cost_usd: result.cost_usd,
             accounting: result.accounting,
             error: result.error,
+            http_status: result.http_status,
         },
     })
 }
@@ -114,7 +107,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
 mod tests {
     use super::*;
 
-    fn failed(error: &str) -> AgentRun {
+    fn failed(error: &str, http_status: Option<u16>) -> AgentRun {
         AgentRun {
             outcome: "failed".into(),
             text: String::new(),
@@ -122,28 +115,27 @@ mod tests {
             cost_usd: None,
             accounting: Accounting::Unknown,
             error: Some(error.into()),
+            http_status,
         }
     }
 
     #[test]
     fn only_a_refusal_of_the_credentials_is_an_auth_failure() {
-        let refused = anvil_llm::LlmError::Http {
-            status: 401,
-            body: r#"{"error": {"message": "invalid x-api-key"}}"#.into(),
-            retry_after: None,
-        }
-        .to_string();
-        assert_eq!(failed(&refused).auth_refused(), Some(refused.as_str()));
-        for other in [
-            "HTTP 400 from the provider: bad request",
-            "HTTP 4010 from the provider: no such status",
-            "could not reach the provider: connection refused",
+        let refused = "HTTP 401 from the provider: invalid x-api-key";
+        assert_eq!(failed(refused, Some(401)).auth_refused(), Some(refused));
+        assert!(failed("forbidden", Some(403)).auth_refused().is_some());
+        for (other, status) in [
+            ("HTTP 400 from the provider: bad request", Some(400)),
+            ("HTTP 529 from the provider: overloaded", Some(529)),
+            // The wording alone never decides.
+            ("HTTP 401 from the provider: a model's words", None),
+            ("could not reach the provider: connection refused", None),
         ] {
-            assert_eq!(failed(other).auth_refused(), None, "{other}");
+            assert_eq!(failed(other, status).auth_refused(), None, "{other}");
         }
         let done = AgentRun {
             outcome: "done".into(),
-            ..failed(&refused)
+            ..failed(refused, Some(401))
         };
         assert_eq!(done.auth_refused(), None);
     }

@@ -112,12 +112,14 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                     )
                 }
             };
-            let (error, retryable, reason) = match &outcome {
-                TurnOutcome::Failed { error, retryable } => {
-                    (Some(error.clone()), Some(*retryable), None)
-                }
-                TurnOutcome::ProtocolStopped { reason } => (None, None, Some(reason.clone())),
-                _ => (None, None, None),
+            let (error, retryable, http_status, reason) = match &outcome {
+                TurnOutcome::Failed {
+                    error,
+                    retryable,
+                    http_status,
+                } => (Some(error.clone()), Some(*retryable), *http_status, None),
+                TurnOutcome::ProtocolStopped { reason } => (None, None, None, Some(reason.clone())),
+                _ => (None, None, None, None),
             };
             let result = HeadlessResult {
                 outcome: HeadlessOutcome::of(&outcome),
@@ -132,6 +134,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 accounting,
                 error,
                 retryable,
+                http_status,
                 reason,
                 session_unwritten,
                 session_id,
