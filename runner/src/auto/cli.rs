@@ -1,4 +1,4 @@
-//! `anvil auto run|status|report|cancel|resume` (the command line is in
+//! `anvil auto init|run|status|report|cancel|resume` (the command line is in
 //! [`crate::cli::args::AutoCommand`]). Exit codes: a run's terminal state's
 //! ([`Terminal::exit_code`]); 6 when no run could start (configuration, queue, repository);
 //! 64 for usage; 130 when this process was interrupted (the run resumes).
@@ -19,7 +19,7 @@ use crate::auto::job::{self, AutoSessionJob};
 use crate::auto::orchestrator::{AutoOptions, Orchestrator, describe_session};
 use crate::auto::run_state::Terminal;
 use crate::auto::store::{RUNNING, RunRow, SessionRow};
-use crate::cli::args::AutoCommand;
+use crate::cli::args::{AutoCommand, AutoSettings};
 use crate::jobs::queue::{Db, QueueLocation, now_ms};
 use crate::jobs::worker::{self, Handlers, WorkerOptions};
 
@@ -78,31 +78,36 @@ async fn dispatch(command: &AutoCommand) -> Result<i32, AutoCliError> {
         AutoCommand::Run {
             spec,
             queue,
-            max_sessions,
-            max_cost_usd,
-            model,
-            allow_regressions,
-            max_steps,
-            session_timeout_secs,
+            settings,
             detach,
         } => {
             let location = QueueLocation::from_option(queue.queue.as_deref())?;
             let db = Db::open(&location, 8).await?;
-            let start = Start {
-                spec,
-                max_sessions: *max_sessions,
-                max_cost_usd: *max_cost_usd,
-                model: model.as_deref(),
-                allow_regressions: *allow_regressions,
-                max_steps: *max_steps,
-                session_timeout_secs: *session_timeout_secs,
-            };
-            let run = start_run(&db, &start).await?;
+            let run = start_run(&db, spec, settings, Purpose::Run).await?;
             println!("{}", run.id);
             if *detach {
                 return Ok(0);
             }
-            drive(&db, &location, &run.id).await
+            drive(&db, &location, &run.id, Until::End).await
+        }
+        AutoCommand::Init {
+            spec,
+            queue,
+            settings,
+        } => {
+            let location = QueueLocation::from_option(queue.queue.as_deref())?;
+            let db = Db::open(&location, 8).await?;
+            let run = start_run(&db, spec, settings, Purpose::Init).await?;
+            println!("{}", run.id);
+            let code = if run.accepted_commit.is_some() {
+                0
+            } else {
+                drive(&db, &location, &run.id, Until::Accepted).await?
+            };
+            if code == 0 {
+                init_summary(&db, &run.id, spec).await?;
+            }
+            Ok(code)
         }
         AutoCommand::Resume {
             run,
@@ -130,12 +135,13 @@ async fn dispatch(command: &AutoCommand) -> Result<i32, AutoCliError> {
                         .await?;
                 }
             }
+            db.auto_hold_workers(run, false).await?;
             enqueue_next(&db, run).await?;
             println!("{run}");
             if *detach {
                 return Ok(0);
             }
-            drive(&db, &location, run).await
+            drive(&db, &location, run, Until::End).await
         }
         AutoCommand::Status { run, queue } => {
             let db =
@@ -155,14 +161,21 @@ async fn dispatch(command: &AutoCommand) -> Result<i32, AutoCliError> {
     }
 }
 
-struct Start<'a> {
-    spec: &'a Path,
-    max_sessions: Option<u32>,
-    max_cost_usd: Option<f64>,
-    model: Option<&'a str>,
-    allow_regressions: bool,
-    max_steps: u32,
-    session_timeout_secs: u64,
+/// Why a run is started: `anvil auto run` (every session) or `anvil auto init` (the
+/// initializer, its workers held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Run,
+    Init,
+}
+
+/// Until what `drive` runs sessions here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// The run's end.
+    End,
+    /// The contract's acceptance (`init`), or the run's end before it.
+    Accepted,
 }
 
 fn pin(model: Option<&str>) -> Result<anvil_llm::registry::PinnedModel, AutoCliError> {
@@ -186,9 +199,16 @@ fn pin(model: Option<&str>) -> Result<anvil_llm::registry::PinnedModel, AutoCliE
 }
 
 /// Creates the run (or finds this spec's unfinished one in this repository) and enqueues
-/// what comes next.
-async fn start_run(db: &Db, start: &Start<'_>) -> Result<RunRow, AutoCliError> {
-    let spec = std::path::absolute(start.spec)?;
+/// what comes next. For `init` the run's workers are held; for `run` they are released (a
+/// run made by `init` goes on). An `init` of a run whose contract is accepted enqueues
+/// nothing.
+async fn start_run(
+    db: &Db,
+    spec: &Path,
+    settings: &AutoSettings,
+    purpose: Purpose,
+) -> Result<RunRow, AutoCliError> {
+    let spec = std::path::absolute(spec)?;
     let bytes =
         std::fs::read(&spec).map_err(|e| msg!("cannot read the spec {}: {e}", spec.display()))?;
     let digest = spec_digest(&bytes);
@@ -196,16 +216,32 @@ async fn start_run(db: &Db, start: &Start<'_>) -> Result<RunRow, AutoCliError> {
     let repo = Repo::open(&cwd)?;
     let repository = repo.checkout().display().to_string();
     if let Some(run) = db.auto_unfinished_run(&repository, &digest).await? {
-        eprintln!("anvil auto: resuming run {} of this spec", run.id);
+        match purpose {
+            Purpose::Run => {
+                eprintln!("anvil auto: resuming run {} of this spec", run.id);
+                db.auto_hold_workers(&run.id, false).await?;
+            }
+            Purpose::Init if run.accepted_commit.is_some() => {
+                eprintln!(
+                    "anvil auto: run {} of this spec has its contract already",
+                    run.id
+                );
+                return Ok(run);
+            }
+            Purpose::Init => {
+                eprintln!("anvil auto: resuming the initializer of run {}", run.id);
+                db.auto_hold_workers(&run.id, true).await?;
+            }
+        }
         enqueue_next(db, &run.id).await?;
         return Ok(run);
     }
-    if let Some(max) = start.max_cost_usd
+    if let Some(max) = settings.max_cost_usd
         && !(max.is_finite() && max >= 0.0)
     {
         return Err(msg!("--max-cost-usd {max}: not an amount of money"));
     }
-    let model = pin(start.model)?;
+    let model = pin(settings.model.as_deref())?;
     let head = repo.resolve("HEAD")?;
     let stamp = jiff::Timestamp::now().strftime("%Y%m%d-%H%M%S").to_string();
     let suffix = uuid::Uuid::new_v4().simple().to_string();
@@ -225,16 +261,17 @@ async fn start_run(db: &Db, start: &Start<'_>) -> Result<RunRow, AutoCliError> {
         contract_digest: None,
         accepted_commit: None,
         start_commit: head.to_string(),
-        max_sessions: start.max_sessions.map(i64::from),
-        max_cost_usd: start.max_cost_usd,
-        allow_regressions: i64::from(start.allow_regressions),
-        max_steps: i64::from(start.max_steps),
-        session_timeout_s: i64::try_from(start.session_timeout_secs).unwrap_or(i64::MAX),
+        max_sessions: settings.max_sessions.map(i64::from),
+        max_cost_usd: settings.max_cost_usd,
+        allow_regressions: i64::from(settings.allow_regressions),
+        max_steps: i64::from(settings.max_steps),
+        session_timeout_s: i64::try_from(settings.session_timeout_secs).unwrap_or(i64::MAX),
         model: serde_json::to_string(&model)?,
         data_dir: data.display().to_string(),
         state: RUNNING.into(),
         terminal_reason: None,
         cancel_requested: 0,
+        hold_workers: i64::from(purpose == Purpose::Init),
     };
     db.auto_create_run(&row).await?;
     enqueue_next(db, &row.id).await?;
@@ -302,8 +339,14 @@ pub fn auto_options(location: &QueueLocation) -> AutoOptions {
     }
 }
 
-/// Runs an in-process worker until `run` ends; its terminal state's exit code.
-async fn drive(db: &Db, location: &QueueLocation, run: &str) -> Result<i32, AutoCliError> {
+/// Runs an in-process worker until `run` ends (or, `Until::Accepted`, until its contract is
+/// accepted: 0); its terminal state's exit code.
+async fn drive(
+    db: &Db,
+    location: &QueueLocation,
+    run: &str,
+    until: Until,
+) -> Result<i32, AutoCliError> {
     let shutdown = CancellationToken::new();
     let handler = Arc::new(Orchestrator::new(db.clone(), auto_options(location)));
     let workers = tokio::spawn(worker::run_with(
@@ -323,9 +366,13 @@ async fn drive(db: &Db, location: &QueueLocation, run: &str) -> Result<i32, Auto
             }
             _ = tokio::time::sleep(Duration::from_millis(250)) => {}
         }
-        if let Some(row) = db.auto_run(run).await?
-            && let Some(terminal) = row.terminal()
-        {
+        let Some(row) = db.auto_run(run).await? else {
+            return Err(msg!("auto run {run} vanished"));
+        };
+        if until == Until::Accepted && row.accepted_commit.is_some() {
+            break 0;
+        }
+        if let Some(terminal) = row.terminal() {
             eprintln!(
                 "anvil auto: run {run} ended {}: {}",
                 terminal.name(),
@@ -337,6 +384,41 @@ async fn drive(db: &Db, location: &QueueLocation, run: &str) -> Result<i32, Auto
     shutdown.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(10), workers).await;
     Ok(code)
+}
+
+/// What `init` accepted, on stderr: the features and how to go on.
+async fn init_summary(db: &Db, run: &str, spec: &Path) -> Result<(), AutoCliError> {
+    let row = db
+        .auto_run(run)
+        .await?
+        .ok_or_else(|| msg!("auto run {run} vanished"))?;
+    let repo = Repo::open(Path::new(&row.repository))?;
+    let commit = row
+        .accepted_commit
+        .as_deref()
+        .ok_or_else(|| msg!("auto run {run}: no accepted contract"))?;
+    let oid = repo.resolve(commit)?;
+    let bytes = repo
+        .read_file(&oid, crate::auto::contract::FEATURES_FILE)?
+        .ok_or_else(|| msg!("auto run {run}: the accepted commit {commit} has no features.json"))?;
+    let contract = crate::auto::contract::Contract::parse(
+        Path::new(crate::auto::contract::FEATURES_FILE),
+        &bytes,
+    )
+    .map_err(|e| msg!("{e}"))?;
+    eprintln!(
+        "anvil auto: run {run}: contract accepted at {} with {} features:",
+        &commit[..commit.len().min(10)],
+        contract.features.len()
+    );
+    for f in &contract.features {
+        eprintln!("  {}  {}", f.id, f.description);
+    }
+    eprintln!(
+        "read it with `git show auto/{run}:features.json`; `anvil auto run {}` starts the worker sessions",
+        spec.display()
+    );
+    Ok(())
 }
 
 fn session_line(s: &SessionRow) -> String {
@@ -370,8 +452,13 @@ async fn status(db: &Db, run: Option<&str>) -> Result<i32, AutoCliError> {
         println!("no auto runs in this queue");
     }
     for r in runs {
+        let held = if r.hold_workers != 0 && r.terminal().is_none() {
+            " (initialized: `anvil auto run` starts the workers)"
+        } else {
+            ""
+        };
         println!(
-            "{}  {}  {}  spec {}",
+            "{}  {}{held}  {}  spec {}",
             r.id, r.state, r.repository, r.spec_path
         );
         if run.is_some() {

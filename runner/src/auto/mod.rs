@@ -143,8 +143,8 @@
 //!
 //! # Remaining, in order
 //!
-//! Done: the queue job and migrations (1), the orchestrator (2), the CLI without `init` (4),
-//! the scenario suite (5).
+//! Done: the queue job and migrations (1), the orchestrator (2), the CLI (4), the scenario
+//! suite (5).
 //!
 //! 1. *(done)*
 //! 2. *(done; known gaps: a dead attempt's cost is recorded as unknown, which stops a run with
@@ -158,9 +158,11 @@
 //!    worktree finds no commits (`git log`, `git diff` and `git status` fail for the agent).
 //!    Showing the objects read-only needs a read-only path in the child's `TrialConfig`
 //!    (`jobs::child`).
-//! 4. *(done but `init`)* The CLI: `anvil auto init|run|resume|status|report|cancel`, exit codes from
+//! 4. *(done)* The CLI: `anvil auto init|run|resume|status|report|cancel`, exit codes from
 //!    [`run_state::Terminal::exit_code`] and [`run_state::EXIT_TABLE`] in `--help` and the
-//!    README.
+//!    README. `init` creates the run with its workers held (`auto_runs.hold_workers`): the
+//!    orchestrator enqueues no worker session after the accepted contract until `run` or
+//!    `resume` releases them and enqueues it.
 //! 5. *(done)* The scripted scenario suite (real `anvil auto`, real orchestrator, scripted
 //!    model), `tests/suite/auto/`: `happy` (happy path on SQLite and Postgres, two runs in
 //!    one repository at once), `integrity` (false claims with "promise COMPLETE", tampered

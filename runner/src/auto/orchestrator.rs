@@ -189,6 +189,14 @@ impl Orchestrator {
             Next::Stop { terminal, reason } => {
                 self.db.auto_finish_run(&run.id, *terminal, reason).await?;
             }
+            Next::Start {
+                kind: SessionKind::Worker,
+                ..
+            } if self.held(&run.id).await? => {
+                // `anvil auto init`: the contract is accepted and the workers wait for
+                // `anvil auto run` or `resume`, which enqueue the next session themselves.
+                tracing::info!("auto run {}: workers held after the initializer", run.id);
+            }
             Next::Start { kind, attempt, .. } => {
                 job::enqueue(
                     &self.db,
@@ -202,6 +210,16 @@ impl Orchestrator {
             }
         }
         Ok(next)
+    }
+
+    /// Whether `anvil auto init` holds the run's workers now (read afresh: `run` may have
+    /// released them while the initializer ran).
+    async fn held(&self, run: &str) -> Result<bool, QueueError> {
+        Ok(self
+            .db
+            .auto_run(run)
+            .await?
+            .is_some_and(|r| r.hold_workers != 0))
     }
 
     async fn deliver(

@@ -33,6 +33,8 @@ pub struct RunRow {
     pub state: String,
     pub terminal_reason: Option<String>,
     pub cancel_requested: i64,
+    /// 1 while `anvil auto init` holds the worker sessions (until `run` or `resume`).
+    pub hold_workers: i64,
 }
 
 impl RunRow {
@@ -173,8 +175,8 @@ impl Db {
         const SQL: &str = "INSERT INTO auto_runs (id, created_at_ms, repository, spec_path, \
              spec_digest, contract_digest, accepted_commit, start_commit, max_sessions, \
              max_cost_usd, allow_regressions, max_steps, session_timeout_s, model, data_dir, \
-             state, terminal_reason, cancel_requested) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, \
-             $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)";
+             state, terminal_reason, cancel_requested, hold_workers) VALUES ($1, $2, $3, $4, $5, \
+             $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)";
         on_pool!(self, pool => sqlx::query(SQL)
             .bind(&row.id)
             .bind(row.created_at_ms)
@@ -194,6 +196,7 @@ impl Db {
             .bind(&row.state)
             .bind(&row.terminal_reason)
             .bind(row.cancel_requested)
+            .bind(row.hold_workers)
             .execute(pool)
             .await
             .map(|_| ()))
@@ -285,6 +288,17 @@ impl Db {
             .await
             .map(|_| ()))
         .map_err(QueueError::sql(format!("resuming auto run {run}")))
+    }
+
+    /// Holds (`true`) or releases the run's worker sessions; see [`RunRow::hold_workers`].
+    pub async fn auto_hold_workers(&self, run: &str, hold: bool) -> Result<(), QueueError> {
+        const SQL: &str = "UPDATE auto_runs SET hold_workers = $2 WHERE id = $1";
+        on_pool!(self, pool => sqlx::query(SQL).bind(run).bind(i64::from(hold)).execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(QueueError::sql(format!(
+            "holding the workers of auto run {run}"
+        )))
     }
 
     pub async fn auto_request_cancel(&self, run: &str) -> Result<bool, QueueError> {

@@ -163,27 +163,25 @@ pub enum AutoCommand {
         spec: PathBuf,
         #[command(flatten)]
         queue: AutoQueue,
-        /// Worker sessions at most (not counting the initializer or retried attempts).
-        #[arg(long, value_name = "N")]
-        max_sessions: Option<u32>,
-        /// A hard budget in USD: a session whose reserved estimate does not fit never starts.
-        #[arg(long, value_name = "USD")]
-        max_cost_usd: Option<f64>,
-        /// The model: an alias from your config or provider:model (default: your default).
-        #[arg(short, long, value_name = "MODEL")]
-        model: Option<String>,
-        /// Merge a session that breaks a verified feature when it verifies more.
-        #[arg(long)]
-        allow_regressions: bool,
-        /// Model requests per session at most.
-        #[arg(long, value_name = "N", default_value_t = 50)]
-        max_steps: u32,
-        /// Wall-clock seconds per session at most.
-        #[arg(long, value_name = "SECS", default_value_t = 1800)]
-        session_timeout_secs: u64,
+        #[command(flatten)]
+        settings: AutoSettings,
         /// Enqueue and exit: `anvil-evals worker` (any machine on the queue) runs the sessions.
         #[arg(long)]
         detach: bool,
+    },
+    /// Run only the initializer of SPEC: prints the run id, writes and checks the contract
+    /// (`features.json`, each check failing before any work) and stops once it is accepted
+    /// on the run branch. Read it there (`git show auto/RUN:features.json`); `anvil auto run
+    /// SPEC` then starts the worker sessions of the same run. Exit 0 when the contract is
+    /// accepted (or was already), else the run's terminal state's code.
+    #[command(after_long_help = crate::auto::run_state::EXIT_TABLE)]
+    Init {
+        /// The spec: what to build, in prose.
+        spec: PathBuf,
+        #[command(flatten)]
+        queue: AutoQueue,
+        #[command(flatten)]
+        settings: AutoSettings,
     },
     /// Runs, or one run's sessions: kind, attempt, state, cost, verified delta, commit.
     Status {
@@ -219,6 +217,30 @@ pub enum AutoCommand {
         #[arg(long)]
         detach: bool,
     },
+}
+
+/// What a new run is given: its model and limits (recorded with the run; a resumed run keeps
+/// its own).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AutoSettings {
+    /// Worker sessions at most (not counting the initializer or retried attempts).
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<u32>,
+    /// A hard budget in USD: a session whose reserved estimate does not fit never starts.
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
+    /// The model: an alias from your config or provider:model (default: your default).
+    #[arg(short, long, value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Merge a session that breaks a verified feature when it verifies more.
+    #[arg(long)]
+    pub allow_regressions: bool,
+    /// Model requests per session at most.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    pub max_steps: u32,
+    /// Wall-clock seconds per session at most.
+    #[arg(long, value_name = "SECS", default_value_t = 1800)]
+    pub session_timeout_secs: u64,
 }
 
 /// The queue a run lives on.

@@ -150,3 +150,92 @@ async fn two_runs_in_one_repository_keep_apart_and_both_complete() {
     );
     m.assert_checkout_untouched(&head);
 }
+
+/// `anvil auto init` runs the initializer only: the contract is accepted on the run branch and
+/// the run waits, its workers held (a worker on the queue finds nothing to do); `init` again
+/// says so and runs nothing; `anvil auto run` of the same spec goes on from that contract.
+#[tokio::test(flavor = "multi_thread")]
+async fn init_accepts_the_contract_then_run_goes_on_from_it() {
+    let server = Script::new(Project::two()).serve().await;
+    let m = Machine::new(&server, None);
+    let head = m.git_out(&["rev-parse", "HEAD"]);
+    let initializers = || {
+        server
+            .requests()
+            .iter()
+            .map(first_user_text)
+            .filter(|t| t.contains("You are the initializer"))
+            .count()
+    };
+    let out = m.anvil(&["init", "SPEC.md", "--max-sessions", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let run = run_id(&out);
+    let said = String::from_utf8_lossy(&out.stderr);
+    for part in [
+        "contract accepted",
+        "2 features",
+        "F001",
+        "F002",
+        "anvil auto run SPEC.md",
+    ] {
+        assert!(said.contains(part), "{part} in {said}");
+    }
+    assert_eq!(m.log(&run), ["auto(s0): accept the contract", "init"]);
+    let report = m.report(&run);
+    assert_eq!(report["state"], "running", "{report:#}");
+    assert_eq!(
+        rows(&report),
+        expect_rows(&[(0, 1, "accepted")]),
+        "{report:#}"
+    );
+    let status = m.anvil(&["status"]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("(initialized"),
+        "{}",
+        text(&status)
+    );
+    // A worker serving the queue for a while starts no session of the held run.
+    let mut worker = m
+        .home
+        .command(bins::built("anvil-evals"))
+        .args(["worker", "--queue", &m.queue])
+        .env("TMPDIR", m.home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    kill_9(&mut worker);
+    assert!(worker_prompts(&server).is_empty(), "a worker session ran");
+    // (Requests, not sessions: the initializer's session made `before` of them.)
+    let before = initializers();
+    assert!(before > 0);
+    // `init` again: the contract is there; nothing runs.
+    let again = m.anvil(&["init", "SPEC.md"]);
+    assert_eq!(again.status.code(), Some(0), "{}", text(&again));
+    assert_eq!(run_id(&again), run);
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("has its contract already"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(initializers(), before);
+    // `run` goes on with the same run, from the accepted contract.
+    let out = m.anvil(&["run", "SPEC.md"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(run_id(&out), run);
+    let report = m.report(&run);
+    assert_eq!(report["state"], "complete", "{report:#}");
+    assert_eq!(report["worker_sessions"], 2, "{report:#}");
+    assert_eq!(initializers(), before, "the initializer ran once");
+    assert_eq!(
+        m.log(&run),
+        [
+            "auto(s2): verify F002",
+            "auto(s1): verify F001",
+            "auto(s0): accept the contract",
+            "init"
+        ]
+    );
+    m.assert_checkout_untouched(&head);
+}

@@ -12,6 +12,30 @@ fn vacuous() -> Project {
     Project::two().verify("F001", "true")
 }
 
+/// `anvil auto init` of a spec whose contract is refused twice ends the run
+/// `invalid_contract` with its exit code (14), and no worker session ever starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn init_of_a_vacuous_contract_exits_invalid_contract() {
+    let server = Script::new(vacuous()).serve().await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["init", "SPEC.md"]);
+    assert_eq!(out.status.code(), Some(14), "{}", text(&out));
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_eq!(report["state"], "invalid_contract", "{report:#}");
+    assert_eq!(
+        rows(&report),
+        expect_rows(&[(0, 1, "rejected"), (1, 1, "rejected")]),
+        "{report:#}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("contract accepted"),
+        "{}",
+        text(&out)
+    );
+    assert!(worker_prompts(&server).is_empty());
+}
+
 /// A contract whose check passes at the init commit is refused, the initializer re-run once
 /// with the reason, and refused again: `invalid_contract`, nothing on the run branch.
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,3 @@
+-- `anvil auto init` (postgres): a run made by `init` holds its worker sessions once the contract
+-- is accepted, until `anvil auto run` or `resume` releases it. 0 = go on, 1 = hold.
+ALTER TABLE auto_runs ADD COLUMN IF NOT EXISTS hold_workers BIGINT NOT NULL DEFAULT 0;
