@@ -11,6 +11,11 @@
 //!    never the tree under check or the trusted tree; the laid-over entries read-only), with
 //!    the same environment as the cargo runner (toolchains on PATH, a private HOME, cargo
 //!    offline with its own target directory).
+//! 3a. Anything beside the protected paths that Python would import in their place or in
+//!    place of the test runner, or run first ([`crate::shadow::shadows`]: a `tests.py`
+//!    beside a protected `tests/`, a `unittest/` package, a new root `conftest.py`), makes the
+//!    verdict **fail** without running the command: such a tree cannot show that the
+//!    protected tests pass. The paths are in the result's `shadowing`.
 //! 4. The verdict: **pass** when the command exits 0; **timeout** when it runs past its time
 //!    (the checked code's fail, like a check timeout); **fail** on any other end; **grader
 //!    error** when the copy, the lay-over or the sandbox failed (infrastructure: retried,
@@ -65,6 +70,13 @@ pub struct CommandResult {
     pub laid_over: LaidOver,
     /// Entries of the tree under check not copied (see [`crate::tree`]).
     pub skipped: Vec<Skipped>,
+    /// The command's exit status when it exited (126/127: the shell could not run it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    /// Entries that would be imported in place of the protected paths or the runner (step
+    /// 3a); when any, the verdict is `fail` and the command did not run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shadowing: Vec<String>,
 }
 
 /// Checks `check.command` (see the module docs).
@@ -78,6 +90,8 @@ pub async fn check_command(check: &CommandCheck<'_>, opts: &GradeOptions) -> Com
         sandbox: String::new(),
         laid_over: LaidOver::default(),
         skipped: Vec::new(),
+        exit_code: None,
+        shadowing: Vec::new(),
     };
     let error = |mut r: CommandResult, reason: String| {
         r.verdict = CommandVerdict::GraderError;
@@ -123,6 +137,18 @@ pub async fn check_command(check: &CommandCheck<'_>, opts: &GradeOptions) -> Com
         Ok(done) => result.laid_over = done,
         Err(e) => return error(result, format!("cannot lay the protected paths over: {e}")),
     }
+    result.shadowing = crate::shadow::shadows(&work, &trusted, check.protected);
+    if !result.shadowing.is_empty() {
+        result.verdict = CommandVerdict::Fail;
+        result.reason = format!(
+            "not run: {} would be imported in place of the protected tests or the test runner, \
+             or run before them",
+            result.shadowing.join(", ")
+        );
+        result.output_tail = result.reason.clone();
+        result.duration_ms = started.elapsed().as_millis() as u64;
+        return result;
+    }
     for d in ["home", "cargo-home"] {
         if let Err(e) = std::fs::create_dir_all(grading.join(d)) {
             return error(result, format!("cannot prepare the grading directory: {e}"));
@@ -146,6 +172,9 @@ pub async fn check_command(check: &CommandCheck<'_>, opts: &GradeOptions) -> Com
         Err(reason) => return error(result, reason),
     };
     result.output_tail = grade::tail(&grade::output_of(&out));
+    if let Termination::Exited(code) = out.termination {
+        result.exit_code = Some(code);
+    }
     (result.verdict, result.reason) = match out.termination {
         Termination::Exited(0) => (CommandVerdict::Pass, "the command exited 0".into()),
         Termination::TimedOut => (

@@ -16,6 +16,9 @@
 //! under `tests/`, a `conftest.py` dropped in a protected directory), then every covered entry
 //! of the trusted tree is copied in by the one tree copy ([`crate::tree::copy_at`]).
 
+//!
+//! What sits beside a protected path and is imported in its place is [`crate::shadow`]'s.
+
 use std::path::{Path, PathBuf};
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
@@ -98,6 +101,11 @@ impl ProtectedPaths {
             literal,
             globs,
         })
+    }
+
+    /// The literal (non-glob) patterns, without a trailing `/`.
+    pub fn literals(&self) -> &[String] {
+        &self.literal
     }
 
     /// The patterns as given.

@@ -535,6 +535,7 @@ pub async fn report_json(db: &Db, run: &str) -> Result<serde_json::Value, AutoCl
         "false_claims": payloads("false_claim"),
         "rejected_edits": payloads("validator.rejected"),
         "protected_edits": payloads("validator.protected_edit"),
+        "protected_shadows": payloads("validator.protected_shadow"),
         "regressions": payloads("regression"),
         "sessions": sessions.iter().map(|s| json!({
             "session": s.session,
@@ -578,6 +579,7 @@ async fn report(db: &Db, run: &str, as_json: bool) -> Result<i32, AutoCliError> 
         "false_claims",
         "rejected_edits",
         "protected_edits",
+        "protected_shadows",
         "regressions",
     ] {
         println!("{key}: {}", r[key].as_array().map(Vec::len).unwrap_or(0));

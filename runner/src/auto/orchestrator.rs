@@ -841,7 +841,16 @@ impl Orchestrator {
             Ok(c) => c,
             Err(e) => return Ok(refused(e.to_string())),
         };
-        let verifier = Verifier::new(&ctx.repo, candidate, &contract, self.options.grade.clone())?;
+        // The accepted contract as it will be written: the fail-before checks see it, as
+        // every later check does (see `verify`).
+        let accepted = contract.clone().accept(spec);
+        let text =
+            contract::restore(&accepted, &BTreeSet::new()).map_err(|e| SessionError::Corrupt {
+                what: FEATURES_FILE.into(),
+                reason: e.to_string(),
+            })?;
+        let verifier = Verifier::new(&ctx.repo, candidate, &contract, self.options.grade.clone())?
+            .with_contract_file(&text)?;
         let checked = verifier.check(candidate, &contract.features).await?;
         let outcomes = verify::outcomes(&checked);
         let mut events: Vec<NewEvent> = check_events(&outcomes);
@@ -852,21 +861,42 @@ impl Orchestrator {
             }
             Err(e) => return Ok(refused(e.to_string())),
         };
+        // A check must fail by running and finding the work missing: one the shell cannot
+        // run (126/127: the command or script does not exist or cannot execute) or one that
+        // hangs can never tell work from none.
+        let unrunnable: Vec<String> = checked
+            .iter()
+            .filter_map(|(id, c)| match (c.evidence.verdict, c.evidence.exit_code) {
+                (anvil_grader::command::CommandVerdict::Fail, Some(code @ (126 | 127))) => {
+                    Some(format!("{id} (exit {code}: the shell could not run it)"))
+                }
+                (anvil_grader::command::CommandVerdict::Timeout, _) => {
+                    Some(format!("{id} (it ran past its timeout)"))
+                }
+                _ => None,
+            })
+            .collect();
+        let mut reasons = Vec::new();
         if !vacuous.is_empty() {
-            let mut end = refused(format!(
+            reasons.push(format!(
                 "the checks of {} pass before any work (a vacuous check verifies nothing)",
                 vacuous.join(", ")
             ));
+        }
+        if !unrunnable.is_empty() {
+            reasons.push(format!(
+                "the checks of {} do not run to a failure before any work, so they cannot tell \
+                 work from none (name commands and scripts that exist in the grading sandbox, \
+                 and end within the timeout)",
+                unrunnable.join(", ")
+            ));
+        }
+        if !reasons.is_empty() {
+            let mut end = refused(reasons.join("; "));
             events.append(&mut end.events);
             end.events = events;
             return Ok(end);
         }
-        let accepted = contract.accept(spec);
-        let text =
-            contract::restore(&accepted, &BTreeSet::new()).map_err(|e| SessionError::Corrupt {
-                what: FEATURES_FILE.into(),
-                reason: e.to_string(),
-            })?;
         let head = {
             let repo = ctx.repo.clone();
             let run_id = ctx.id.clone();
@@ -991,6 +1021,21 @@ impl Orchestrator {
             });
         }
         events.extend(check_events(&outcomes));
+        // Files planted beside the protected tests (or in place of the runner) failed every
+        // check they touched without running it; logged like a protected edit.
+        let shadowing: BTreeSet<&String> = checked
+            .values()
+            .flat_map(|c| c.evidence.shadowing.iter())
+            .collect();
+        for path in &shadowing {
+            events.push(NewEvent::new(
+                "validator.protected_shadow",
+                json!({"path": path}),
+            ));
+        }
+        if !shadowing.is_empty() {
+            flags.push("protected_shadow");
+        }
         let claimed = freeze.claimed();
         let verdict = verdict::decide(SessionChecks {
             contract: &accepted,

@@ -3,6 +3,11 @@
 //! grading environment ([`anvil_grader::command`]: the one tree copy, the one sandbox), never
 //! the attempt's worktree itself.
 //!
+//! `features.json` is laid over with the protected paths: every check sees the accepted
+//! contract as the harness wrote it (no feature passing), never the session's claims, and the
+//! fail-before checks at init see that same file (see [`Verifier::with_contract_file`]), so a
+//! check cannot tell whether it runs before the work or after it by reading the contract.
+//!
 //! The accepted commit (the run branch's first, holding the contract) is written out once per
 //! [`Verifier`]; the commit under check once per [`Verifier::check`]; every feature's command
 //! then runs in its own fresh grading copy of it, one after another, so no check sees what
@@ -16,7 +21,7 @@ use anvil_grader::GradeOptions;
 use anvil_grader::command::{CommandCheck, CommandResult, CommandVerdict, check_command};
 use anvil_grader::protect::{PatternError, ProtectedPaths};
 
-use crate::auto::contract::{Contract, Feature};
+use crate::auto::contract::{Contract, FEATURES_FILE, Feature};
 use crate::auto::git::{GitError, Oid, Repo};
 use crate::auto::verdict::CheckOutcome;
 
@@ -58,7 +63,9 @@ impl Verifier {
         contract: &Contract,
         opts: GradeOptions,
     ) -> Result<Self, VerifyError> {
-        let protected = contract.protected_paths()?;
+        let mut patterns = contract.protected.clone();
+        patterns.push(FEATURES_FILE.to_string());
+        let protected = ProtectedPaths::new(&patterns)?;
         let trusted = scratch(&opts, "anvil-accepted-")?;
         repo.materialize(accepted, trusted.path())
             .map_err(|source| VerifyError::Materialize {
@@ -71,6 +78,30 @@ impl Verifier {
             protected,
             opts,
         })
+    }
+
+    /// The initializer's fail-before checks: the trusted tree is the initializer's candidate,
+    /// whose `features.json` becomes `text` — the accepted contract as the harness will write
+    /// it — so the checks see the very file they will see after every later session.
+    pub fn with_contract_file(self, text: &str) -> Result<Self, VerifyError> {
+        use std::io::Write;
+        let path = self.trusted.path().join(FEATURES_FILE);
+        // Whatever the candidate has there (a symlink, a directory) is replaced, never
+        // written through.
+        match path.symlink_metadata() {
+            Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(&path),
+            Ok(_) => std::fs::remove_file(&path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+        .map_err(VerifyError::Scratch)?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .map_err(VerifyError::Scratch)?;
+        Ok(self)
     }
 
     /// Runs the check of each of `features` at `commit`, in order.

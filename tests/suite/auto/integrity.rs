@@ -378,3 +378,126 @@ async fn git_reset_and_moved_branches_inside_a_session_cannot_move_the_run_branc
     );
     m.assert_checkout_untouched(&head);
 }
+
+// ---- from the adversarial review: what sits beside the protected tests, and checks that can
+// ---- tell init from later -------------------------------------------------------------------
+
+const TEST_A_MODULE: &str = "import unittest\n\n\nclass A(unittest.TestCase):\n    def test_a(self):\n        with open('a.txt') as f:\n            self.assertEqual(f.read().strip(), 'A')\n";
+
+/// A worker that writes no a.txt but plants `tests.py` (a module Python imports in place of
+/// the protected `tests/` namespace package, pointing its `__path__` at tests of its own that
+/// pass) cannot verify F001: the check fails without running, naming the planted files, and
+/// the run never completes on it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_module_planted_beside_the_protected_tests_cannot_verify() {
+    let project = Project::two()
+        .verify("F001", "python3 -m unittest tests.test_a")
+        .file("tests/test_a.py", TEST_A_MODULE);
+    let server = Script::new(project)
+        .worker(|turn| {
+            vec![
+                write("tests.py", "__path__ = ['_t']\n"),
+                write(
+                    "_t/test_a.py",
+                    "import unittest\n\n\nclass A(unittest.TestCase):\n    def test_a(self):\n        pass\n",
+                ),
+                turn.claim(&["F001"]),
+            ]
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "2"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_ne!(report["state"], "complete", "{report:#}");
+    assert_eq!(report["features_verified"], 0, "{report:#}");
+    assert!(
+        flags(&report, 1, 1).contains(&"protected_shadow".to_string()),
+        "{report:#}"
+    );
+    assert_eq!(
+        events(&report, "protected_shadows", "path")[0],
+        ("tests.py".to_string(), 1),
+        "{report:#}"
+    );
+    assert_eq!(
+        events(&report, "false_claims", "id")[0],
+        ("F001".to_string(), 1),
+        "{report:#}"
+    );
+    let checks = db_events(&m.queue, &run, "check").await;
+    let first = checks
+        .iter()
+        .find(|(c, s)| *s == 1 && c["id"] == "F001")
+        .unwrap();
+    assert_eq!(first.0["outcome"], "failed", "{checks:?}");
+}
+
+/// An initializer whose check passes once the harness has accepted the contract (it reads
+/// `spec_digest`, which only the harness writes) is refused: the fail-before checks see the
+/// contract exactly as every later check will.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_that_reads_the_accepted_contract_is_refused_at_init() {
+    let sleeper = "grep -q '\"spec_digest\": \"sha256:' features.json";
+    let server = Script::new(Project::two().verify("F001", sleeper))
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "3"]);
+    assert_eq!(out.status.code(), Some(14), "{}", text(&out));
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_eq!(report["state"], "invalid_contract", "{report:#}");
+    let rejected = db_events(&m.queue, &run, "contract.rejected").await;
+    assert!(
+        rejected[0].0["reason"]
+            .as_str()
+            .unwrap()
+            .contains("F001 pass before any work"),
+        "{rejected:?}"
+    );
+}
+
+/// A check reading the session's own claims (`passes` in its features.json) sees the
+/// accepted contract instead, where nothing passes: claiming F001 verifies nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_cannot_read_the_sessions_claims() {
+    let reads_claims = "python3 -c \"import json,sys; c=json.load(open('features.json')); \
+                        sys.exit(0 if c['features'][0]['passes'] else 1)\"";
+    let server = Script::new(Project::two().verify("F001", reads_claims))
+        .worker(|turn| vec![turn.claim(&["F001"])])
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "2"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_eq!(report["features_verified"], 0, "{report:#}");
+    assert_eq!(
+        events(&report, "false_claims", "id")[0],
+        ("F001".to_string(), 1),
+        "{report:#}"
+    );
+}
+
+/// A check the shell cannot run at init (a command that does not exist: exit 127) fails
+/// before any work without telling work from none: the contract is refused, and says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_check_that_cannot_run_at_init_is_refused() {
+    let server = Script::new(Project::two().verify("F001", "no-such-test-runner --all"))
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "3"]);
+    assert_eq!(out.status.code(), Some(14), "{}", text(&out));
+    let run = run_id(&out);
+    let rejected = db_events(&m.queue, &run, "contract.rejected").await;
+    let reason = rejected[0].0["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("F001 (exit 127") && !reason.contains("F002"),
+        "{reason}"
+    );
+}
