@@ -628,6 +628,24 @@ impl Repo {
         ])
     }
 
+    /// The total size of the files in `commit`'s tree (`git ls-tree -r -l`), in bytes.
+    pub fn tree_bytes(&self, commit: &Oid) -> Result<u64, GitError> {
+        let out = self
+            .git("ls-tree")
+            .run(&["ls-tree", "-r", "-l", "-z", commit.as_str()])?;
+        // `<mode> <type> <object> <size>\t<path>`; a submodule's size is `-`.
+        Ok(zero_separated(&out)
+            .filter_map(|entry| {
+                let meta = entry.split(|b| *b == b'\t').next()?;
+                let size = meta
+                    .split(|b| *b == b' ')
+                    .filter(|f| !f.is_empty())
+                    .nth(3)?;
+                std::str::from_utf8(size).ok()?.parse::<u64>().ok()
+            })
+            .sum())
+    }
+
     /// Writes the tree of `commit` into `dir` (created; it should be empty), through a private
     /// index: the tree a verify step grades.
     pub fn materialize(&self, commit: &Oid, dir: &Path) -> Result<(), GitError> {
