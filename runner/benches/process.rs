@@ -4,7 +4,10 @@
 //!   that answers instantly, in a fresh git repository.
 //!
 //! Peak RSS comes from `getrusage(RUSAGE_CHILDREN)`, the largest resident set of any child
-//! waited for so far, so `--version` is measured before any other child (git) runs.
+//! waited for so far. So that one binary's number never mixes with another's, each binary's
+//! RSS is measured in a child of this bench (the bench run again with `ANVIL_BENCH_RSS_OF`)
+//! that runs only that binary's commands: `--version` first, then turns (whose repositories'
+//! `git init` is much smaller than a turn).
 //!
 //! Run: `cargo bench -p anvil-runner`. With `ANVIL_BENCH_BASELINE=/path/to/an/older/anvil`
 //! the turns of that binary are run too, alternating with this one's (each in its own fresh
@@ -55,7 +58,60 @@ fn instant2(n: &AtomicUsize) -> Answer {
     Answer::sse(body)
 }
 
+/// In a child of the bench (`ANVIL_BENCH_RSS_OF=BINARY`, `ANVIL_BENCH_RSS_HOME=HOME`): runs
+/// `--version`, then turns, of BINARY alone, printing the peak RSS after each phase.
+fn rss_child(binary: &str, home: &std::path::Path) {
+    for _ in 0..5 {
+        let ok = Command::new(binary)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        assert!(ok, "{binary} --version failed");
+    }
+    println!("{:.1}", peak_rss_mib());
+    for i in 0..5 {
+        let repo = home.join(format!("rss-{}-{i}", std::process::id()));
+        std::fs::create_dir_all(&repo).unwrap_or_else(|e| panic!("{e}"));
+        let _ = Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&repo)
+            .status();
+        turn_of(binary, &repo, home);
+    }
+    println!("{:.1}", peak_rss_mib());
+}
+
+/// The peak RSS (MiB) of `binary`'s `--version` and of its turns, measured in a child.
+fn rss_of(binary: &str, home: &std::path::Path) -> (String, String) {
+    let out = Command::new(std::env::current_exe().unwrap_or_else(|e| panic!("{e}")))
+        .env("ANVIL_BENCH_RSS_OF", binary)
+        .env("ANVIL_BENCH_RSS_HOME", home)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        out.status.success(),
+        "the RSS child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines().map(str::to_string);
+    (
+        lines.next().unwrap_or_default(),
+        lines.next().unwrap_or_default(),
+    )
+}
+
 fn main() {
+    if let (Ok(binary), Ok(home)) = (
+        std::env::var("ANVIL_BENCH_RSS_OF"),
+        std::env::var("ANVIL_BENCH_RSS_HOME"),
+    ) {
+        rss_child(&binary, std::path::Path::new(&home));
+        return;
+    }
     // --version first: no other child has run yet, so the peak RSS is its own.
     let mut version = Vec::new();
     for _ in 0..RUNS {
@@ -102,19 +158,24 @@ fn main() {
             turns[b].push(turn_of(binary, &repo, home.path()));
         }
     }
-    let all_rss = peak_rss_mib();
     println!("process            median      peak RSS");
     println!(
         "anvil --version    {:>8.2?}    {version_rss:.1} MiB",
         median(version)
     );
+    let (_, turn_rss) = rss_of(ANVIL, home.path());
     let mut turns = turns.into_iter();
     println!(
-        "headless turn      {:>8.2?}    {all_rss:.1} MiB (largest child so far: the turns, or git)",
+        "headless turn      {:>8.2?}    {turn_rss} MiB",
         median(turns.next().unwrap_or_default())
     );
     if let (Some(path), Some(turn)) = (&baseline, turns.next()) {
-        println!("baseline turn      {:>8.2?}    ({path})", median(turn));
+        let (version_rss, turn_rss) = rss_of(path, home.path());
+        println!("baseline --version             {version_rss} MiB");
+        println!(
+            "baseline turn      {:>8.2?}    {turn_rss} MiB ({path})",
+            median(turn)
+        );
     }
 }
 
