@@ -1,4 +1,4 @@
-//! `anvil auto init|run|status|report|cancel|resume` (the command line is in
+//! `anvil auto init|run|status|report|export|cancel|resume` (the command line is in
 //! [`crate::cli::args::AutoCommand`]). Exit codes: a run's terminal state's
 //! ([`Terminal::exit_code`]); 6 when no run could start (configuration, queue, repository);
 //! 64 for usage; 130 when this process was interrupted (the run resumes).
@@ -152,6 +152,16 @@ async fn dispatch(command: &AutoCommand) -> Result<i32, AutoCliError> {
             let db =
                 Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2).await?;
             report(&db, run, *json).await
+        }
+        AutoCommand::Export {
+            runs,
+            queue,
+            sweep,
+            output,
+        } => {
+            let db =
+                Db::open_existing(&QueueLocation::from_option(queue.queue.as_deref())?, 2).await?;
+            export(&db, runs, sweep, output.as_deref()).await
         }
         AutoCommand::Cancel { run, queue } => {
             let db =
@@ -592,6 +602,61 @@ async fn report(db: &Db, run: &str, as_json: bool) -> Result<i32, AutoCliError> 
             s["transcript"].as_str().unwrap_or("—")
         );
     }
+    Ok(0)
+}
+
+/// `anvil auto export`: the finished runs (all, or `wanted`) as trial records.
+async fn export(
+    db: &Db,
+    wanted: &[String],
+    sweep: &str,
+    output: Option<&Path>,
+) -> Result<i32, AutoCliError> {
+    let rows = if wanted.is_empty() {
+        db.auto_runs().await?
+    } else {
+        let mut rows = Vec::new();
+        for id in wanted {
+            let row = db
+                .auto_run(id)
+                .await?
+                .ok_or_else(|| msg!("auto run {id}: no such run in this queue"))?;
+            if row.terminal().is_none() {
+                return Err(msg!(
+                    "auto run {id} is still running: it has no result yet (`anvil auto cancel {id}` ends it)"
+                ));
+            }
+            rows.push(row);
+        }
+        rows
+    };
+    let running = rows.iter().filter(|r| r.terminal().is_none()).count();
+    let mut runs = Vec::new();
+    for row in rows {
+        let sessions = db.auto_sessions(&row.id).await?;
+        runs.push((row, sessions));
+    }
+    let records = crate::auto::record::records(&runs, sweep, crate::jobs::sweep::ANVIL_GIT_SHA);
+    let mut text = String::new();
+    for r in &records {
+        text.push_str(&serde_json::to_string(r)?);
+        text.push('\n');
+    }
+    match output {
+        Some(path) => {
+            std::fs::write(path, &text).map_err(|e| msg!("cannot write {}: {e}", path.display()))?
+        }
+        None => print!("{text}"),
+    }
+    eprintln!(
+        "anvil auto: {} finished runs written{}",
+        records.len(),
+        if running > 0 {
+            format!(" ({running} still running left out)")
+        } else {
+            String::new()
+        }
+    );
     Ok(0)
 }
 

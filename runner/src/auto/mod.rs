@@ -177,6 +177,8 @@
 //!    a model's session (it stalled the run instead of ending it `infra_failed`), and
 //!    `stalled_sessions` in the report (the current streak, 0 for a run stalled by the same
 //!    failing output; now every worker session that verified nothing new).
+//! 5a. *(done)* A finished run as a trial record ([`record`], `anvil auto export`), read by
+//!    `anvil-evals report`.
 //! 6. Benchmarks: harness overhead per session excluding model and checks (target ≤ 100 ms on
 //!    a 1,000-file repository), and the pass-to-pass re-check of 50 instant features.
 //! 7. Trying it on the local model (two Python features, a kill mid-run), in the closing note.
@@ -204,6 +206,8 @@ pub mod job;
 pub mod orchestrator;
 /// The initializer's and workers' built-in instructions and the status block.
 pub mod prompts;
+/// A finished run as a trial record, for `anvil-evals report`.
+pub mod record;
 /// The run's ledger, the next-session decision and the terminal states (sans-IO).
 pub mod run_state;
 /// Runs, session attempts and events in the queue database.

@@ -198,6 +198,22 @@ pub enum AutoCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write finished runs as trial records (JSONL, what `anvil-evals report` reads): one per
+    /// run, task = the spec's name, trial = its place among that spec's runs with the model,
+    /// pass = the run ended complete; infra_failed and cancelled runs are infrastructure
+    /// errors, never fails. Runs still running are left out.
+    Export {
+        /// Only these runs (default: every finished run in the queue).
+        runs: Vec<String>,
+        #[command(flatten)]
+        queue: AutoQueue,
+        /// The records' sweep name (what `report --baseline` pairs by).
+        #[arg(long, default_value = "auto", value_name = "NAME")]
+        sweep: String,
+        /// Write to FILE instead of standard output.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+    },
     /// Cancel a run: its running session's process group is killed.
     Cancel {
         run: String,

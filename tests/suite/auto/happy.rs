@@ -239,3 +239,92 @@ async fn init_accepts_the_contract_then_run_goes_on_from_it() {
     );
     m.assert_checkout_untouched(&head);
 }
+
+/// Finished runs become trial records that `anvil-evals report` reads: a run of the spec that
+/// completes and one stopped by `--max-sessions 1` are two trials of task `SPEC`, one passing
+/// (pass@1 0.5 over 2 graded trials); a run still running is left out.
+#[tokio::test(flavor = "multi_thread")]
+async fn finished_runs_export_as_trials_the_reporter_reads() {
+    let server = Script::new(Project::two()).serve().await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let complete = run_id(&out);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "1"]);
+    assert_eq!(out.status.code(), Some(10), "{}", text(&out));
+    let limited = run_id(&out);
+    assert_ne!(complete, limited);
+    let detached = m.detached(&[]);
+    let file = m.home.path().join("auto.jsonl");
+    let out = m.anvil(&[
+        "export",
+        "--sweep",
+        "auto-nightly",
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("2 finished runs written (1 still running"),
+        "{}",
+        text(&out)
+    );
+    let records: Vec<Value> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let keys: Vec<(String, u64, Value, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["task"].as_str().unwrap().to_string(),
+                r["trial"].as_u64().unwrap(),
+                r["pass"].clone(),
+                r["outcome"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("SPEC".to_string(), 0, json!(true), "complete".to_string()),
+            (
+                "SPEC".to_string(),
+                1,
+                json!(false),
+                "session_limited".to_string()
+            ),
+        ]
+    );
+    assert_eq!(records[0]["model"], "good");
+    assert_eq!(records[0]["sweep"], "auto-nightly");
+    // Naming a run that is still running is refused.
+    let out = m.anvil(&["export", &detached]);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("still running"),
+        "{}",
+        text(&out)
+    );
+    let report = m
+        .home
+        .command(bins::built("anvil-evals"))
+        .arg("report")
+        .arg(&file)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert_eq!(report.status.code(), Some(0), "{}", text(&report));
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let model = &report["models"][0];
+    assert_eq!(model["model"], "good", "{report:#}");
+    assert_eq!(model["graded_trials"], 2, "{report:#}");
+    let pass1 = model["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "pass@1")
+        .unwrap_or_else(|| panic!("{report:#}"));
+    assert_eq!(pass1["value"], 0.5, "{report:#}");
+}
