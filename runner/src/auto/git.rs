@@ -99,6 +99,15 @@ pub enum GitError {
     },
 }
 
+impl GitError {
+    /// Whether git refused the files of an attempt's worktree when they were snapshotted (a
+    /// nested repository without a commit, a file it cannot read): the session's doing, not
+    /// the infrastructure's. Failures to run git at all are `Io`, never this.
+    pub fn is_worktree_content(&self) -> bool {
+        matches!(self, GitError::Command { step, .. } if step == "snapshot")
+    }
+}
+
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> GitError + 'a {
     move |source| GitError::Io {
         what,

@@ -633,7 +633,13 @@ impl Orchestrator {
             let repo = ctx.repo.clone();
             let wt = wt.clone();
             let message = format!("anvil auto: candidate of {id}");
-            blocking(move || repo.commit_worktree(&wt, &message)).await?
+            match blocking(move || repo.commit_worktree(&wt, &message)).await {
+                Ok(candidate) => candidate,
+                Err(SessionError::Git(e)) if e.is_worktree_content() => {
+                    return self.uncommittable(ctx, kind, &run, flags, &e).await;
+                }
+                Err(e) => return Err(e),
+            }
         };
         match kind {
             SessionKind::Initializer => {
@@ -642,6 +648,50 @@ impl Orchestrator {
             }
             SessionKind::Worker => self.worker_end(ctx, &base, &candidate, &run, flags).await,
         }
+    }
+
+    /// The session left files git cannot commit (a nested repository without a commit, an
+    /// unreadable file): its own result, nothing of it lands, logged as
+    /// `validator.uncommittable` — never an infrastructure failure, which would retry the
+    /// session and could end the run `infra_failed` on the model's account. A worker session
+    /// counts as one without progress (the stall breaker sees it).
+    async fn uncommittable(
+        &self,
+        ctx: &Ctx,
+        kind: SessionKind,
+        run: &AgentRun,
+        mut flags: Vec<&str>,
+        e: &GitError,
+    ) -> Result<SessionEnd, SessionError> {
+        flags.push("uncommittable");
+        let reason = format!("the session's files cannot be committed: {e}");
+        let verified = self.db.auto_ledger(&ctx.run.id).await?.verified;
+        Ok(SessionEnd {
+            update: SessionUpdate {
+                state: Some("rejected".into()),
+                error: Some(reason.clone()),
+                flags: Some(flags.join(",")),
+                ended: true,
+                ..SessionUpdate::default()
+            },
+            events: vec![NewEvent::new(
+                "validator.uncommittable",
+                json!({"reason": reason}),
+            )],
+            ledger: match kind {
+                SessionKind::Initializer => Event::ContractRejected {
+                    reason,
+                    cost_usd: run.cost_usd,
+                },
+                SessionKind::Worker => Event::WorkerFinished(WorkerSession {
+                    newly_verified: 0,
+                    verified,
+                    changed_outside_notes: false,
+                    failure_fingerprint: None,
+                    cost_usd: run.cost_usd,
+                }),
+            },
+        })
     }
 
     async fn remove_dead(&self, ctx: &Ctx, id: AttemptId, base: Option<&str>) {

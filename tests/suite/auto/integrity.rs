@@ -501,3 +501,49 @@ async fn a_check_that_cannot_run_at_init_is_refused() {
         "{reason}"
     );
 }
+
+/// A worker that leaves files git cannot commit (a nested repository with no commit) has
+/// its session rejected as its own result, flagged `uncommittable`, nothing of it landing —
+/// not retried as infrastructure until the run ends `infra_failed`; the next sessions go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worktree_git_cannot_commit_is_the_sessions_result_not_infrastructure() {
+    let server = Script::new(Project::two())
+        .worker(|turn| {
+            if turn.n == 1 {
+                let mut calls = vec![bash("nested", "git init -q vendor/lib")];
+                calls.extend(honest(turn));
+                calls
+            } else {
+                honest(turn)
+            }
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_eq!(report["state"], "complete", "{report:#}");
+    assert_eq!(
+        rows(&report),
+        expect_rows(&[
+            (0, 1, "accepted"),
+            (1, 1, "rejected"),
+            (2, 1, "merged"),
+            (3, 1, "merged")
+        ]),
+        "{report:#}"
+    );
+    assert!(
+        flags(&report, 1, 1).contains(&"uncommittable".to_string()),
+        "{report:#}"
+    );
+    let logged = db_events(&m.queue, &run, "validator.uncommittable").await;
+    assert_eq!(logged.len(), 1, "{logged:?}");
+    let landed = m.git_out(&["ls-tree", "-r", "--name-only", &format!("auto/{run}")]);
+    assert!(
+        landed.lines().all(|l| !l.starts_with("vendor")),
+        "nothing of the rejected session landed: {landed}"
+    );
+}
