@@ -155,8 +155,9 @@ pub enum Command {
 /// `anvil auto …`.
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum AutoCommand {
-    /// Start a run of SPEC in this git checkout (or resume this spec's unfinished run); prints
-    /// the run id. Without --detach, runs its sessions here until the run ends.
+    /// Start a run of SPEC in this git checkout, or resume this spec's unfinished run.
+    ///
+    /// Prints the run id. Without --detach, runs its sessions here until the run ends.
     #[command(after_long_help = crate::auto::run_state::EXIT_TABLE)]
     Run {
         /// The spec: what to build, in prose.
@@ -169,11 +170,13 @@ pub enum AutoCommand {
         #[arg(long)]
         detach: bool,
     },
-    /// Run only the initializer of SPEC: prints the run id, writes and checks the contract
-    /// (`features.json`, each check failing before any work) and stops once it is accepted
-    /// on the run branch. Read it there (`git show auto/RUN:features.json`); `anvil auto run
-    /// SPEC` then starts the worker sessions of the same run. Exit 0 when the contract is
-    /// accepted (or was already), else the run's terminal state's code.
+    /// Run only the initializer: write and check the contract, then stop before any worker.
+    ///
+    /// Prints the run id, runs the initializer session (`features.json`, each check failing
+    /// before any work) and stops once the contract is accepted on the run branch. Read it
+    /// there (`git show auto/RUN:features.json`); `anvil auto run SPEC` then starts the worker
+    /// sessions of the same run. Exit 0 when the contract is accepted (or was already), else
+    /// the run's terminal state's code.
     #[command(after_long_help = crate::auto::run_state::EXIT_TABLE)]
     Init {
         /// The spec: what to build, in prose.
@@ -198,10 +201,11 @@ pub enum AutoCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write finished runs as trial records (JSONL, what `anvil-evals report` reads): one per
-    /// run, task = the spec's name, trial = its place among that spec's runs with the model,
-    /// pass = the run ended complete; infra_failed and cancelled runs are infrastructure
-    /// errors, never fails. Runs still running are left out.
+    /// Write finished runs as trial records, for `anvil-evals report`.
+    ///
+    /// JSONL, one record per run: task = the spec's name, trial = its place among that spec's
+    /// runs with the model, pass = the run ended complete; infra_failed and cancelled runs
+    /// are infrastructure errors, never fails. Runs still running are left out.
     Export {
         /// Only these runs (default: every finished run in the queue).
         runs: Vec<String>,
