@@ -546,6 +546,7 @@ pub async fn report_json(db: &Db, run: &str) -> Result<serde_json::Value, AutoCl
         "rejected_edits": payloads("validator.rejected"),
         "protected_edits": payloads("validator.protected_edit"),
         "protected_shadows": payloads("validator.protected_shadow"),
+        "tamper": payloads("validator.tamper"),
         "regressions": payloads("regression"),
         "sessions": sessions.iter().map(|s| json!({
             "session": s.session,
@@ -590,6 +591,7 @@ async fn report(db: &Db, run: &str, as_json: bool) -> Result<i32, AutoCliError> 
         "rejected_edits",
         "protected_edits",
         "protected_shadows",
+        "tamper",
         "regressions",
     ] {
         println!("{key}: {}", r[key].as_array().map(Vec::len).unwrap_or(0));

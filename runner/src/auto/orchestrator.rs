@@ -1086,8 +1086,40 @@ impl Orchestrator {
         if !shadowing.is_empty() {
             flags.push("protected_shadow");
         }
+        // Test infrastructure the commit changed: every check failed without running.
+        let tampered = checked.values().find(|c| !c.tamper.is_empty());
+        if let Some(c) = tampered {
+            for finding in &c.tamper {
+                events.push(NewEvent::new(
+                    "validator.tamper",
+                    serde_json::to_value(finding).unwrap_or_default(),
+                ));
+            }
+            flags.push("tampered");
+        }
+        // Such a commit never lands either: on the run branch it would fail every later
+        // session's checks too.
+        let refused = match (tampered, shadowing.is_empty()) {
+            (Some(c), _) => Some(format!(
+                "it changes test infrastructure: {}",
+                c.tamper
+                    .iter()
+                    .map(|f| format!("{} ({})", f.path, f.kind))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            (None, false) => Some(format!(
+                "it plants files imported in place of the protected tests or the runner: {}",
+                shadowing
+                    .iter()
+                    .map(|p| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            (None, true) => None,
+        };
         let claimed = freeze.claimed();
-        let verdict = verdict::decide(SessionChecks {
+        let mut verdict = verdict::decide(SessionChecks {
             contract: &accepted,
             previously_verified: &previously,
             claimed: &claimed,
@@ -1098,6 +1130,9 @@ impl Orchestrator {
             what: "verdict".into(),
             reason: e.to_string(),
         })?;
+        if let Some(reason) = refused {
+            verdict.merge = verdict::Merge::Reject { reason };
+        }
         for (kind, ids) in [
             ("false_claim", &verdict.false_claims),
             ("unclaimed_verified", &verdict.unclaimed_verified),

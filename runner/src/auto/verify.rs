@@ -22,9 +22,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anvil_grader::GradeOptions;
 use anvil_grader::command::{CommandCheck, CommandResult, CommandVerdict, check_command};
 use anvil_grader::protect::{PatternError, ProtectedPaths};
+use anvil_grader::{GradeOptions, TamperFinding};
 
 use crate::auto::contract::{Contract, FEATURES_FILE, Feature};
 use crate::auto::git::{GitError, Oid, Repo};
@@ -49,6 +49,9 @@ pub enum VerifyError {
 pub struct Checked {
     pub outcome: CheckOutcome,
     pub evidence: CommandResult,
+    /// What the commit changed in test infrastructure (see [`Verifier::check`]); when any,
+    /// the check failed without running.
+    pub tamper: Vec<TamperFinding>,
 }
 
 /// Checks features at commits against one accepted contract.
@@ -133,7 +136,40 @@ impl Verifier {
                 commit: commit.clone(),
                 source,
             })?;
+        let tamper = self.tamper(tree.path());
         let mut out = BTreeMap::new();
+        if !tamper.is_empty() {
+            let reason = format!(
+                "not run: the commit changes test infrastructure: {}",
+                tamper
+                    .iter()
+                    .map(|f| format!("{} ({}: {})", f.path, f.kind, f.detail))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+            for feature in features {
+                let evidence = CommandResult {
+                    verdict: CommandVerdict::Fail,
+                    reason: reason.clone(),
+                    duration_ms: 0,
+                    output_tail: reason.clone(),
+                    sandbox: String::new(),
+                    laid_over: Default::default(),
+                    skipped: Vec::new(),
+                    exit_code: None,
+                    shadowing: Vec::new(),
+                };
+                out.insert(
+                    feature.id.clone(),
+                    Checked {
+                        outcome: outcome(&evidence),
+                        evidence,
+                        tamper: tamper.clone(),
+                    },
+                );
+            }
+            return Ok(out);
+        }
         for feature in features {
             let evidence = check_command(
                 &CommandCheck {
@@ -147,9 +183,32 @@ impl Verifier {
             )
             .await;
             let outcome = outcome(&evidence);
-            out.insert(feature.id.clone(), Checked { outcome, evidence });
+            out.insert(
+                feature.id.clone(),
+                Checked {
+                    outcome,
+                    evidence,
+                    tamper: Vec::new(),
+                },
+            );
         }
         Ok(out)
+    }
+
+    /// The eval grader's tamper scan of the commit's tree against the trusted one
+    /// ([`anvil_grader::tamper::scan`]: start-up hooks, cargo config and toolchain files,
+    /// build scripts, changed manifest test settings, code that runs before `main` or prints
+    /// the test harness's verdict lines), once per commit. Left out: what the protected paths
+    /// cover (laid over anyway), and a `Cargo.toml` the trusted tree has not (the sessions
+    /// write the project's first manifest; only one the contract's commit had is frozen).
+    fn tamper(&self, tree: &Path) -> Vec<TamperFinding> {
+        let trusted = self.trusted.path();
+        let rust = trusted.join("Cargo.toml").is_file() || tree.join("Cargo.toml").is_file();
+        anvil_grader::tamper::scan(tree, trusted, &[], rust)
+            .into_iter()
+            .filter(|f| !self.protected.covers(&f.path))
+            .filter(|f| f.kind != "manifest_test_settings" || trusted.join(&f.path).is_file())
+            .collect()
     }
 }
 

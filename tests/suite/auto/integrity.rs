@@ -547,3 +547,68 @@ async fn a_worktree_git_cannot_commit_is_the_sessions_result_not_infrastructure(
         "nothing of the rejected session landed: {landed}"
     );
 }
+
+const MANIFEST: &str = "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n";
+
+/// A worker that points the test target at a test of its own (`autotests = false` and a
+/// `[[test]]` in the manifest the contract's commit had) verifies nothing, whatever its
+/// check would print: the commit's tamper findings fail every check without running it,
+/// logged as `validator.tamper`, and the session is not merged: the honest sessions after it
+/// complete the run on the manifest the contract had.
+#[tokio::test(flavor = "multi_thread")]
+async fn changed_test_settings_in_the_manifest_cannot_verify() {
+    let project = Project::two()
+        .file("Cargo.toml", MANIFEST)
+        .file("src/lib.rs", "");
+    let redirected = format!(
+        "{MANIFEST}autotests = false\n\n[[test]]\nname = \"cli\"\npath = \"src/fake_cli.rs\"\n"
+    );
+    let server = Script::new(project)
+        .worker(move |turn| {
+            if turn.n == 1 {
+                let mut calls = vec![overwrite("Cargo.toml", &redirected)];
+                calls.extend(honest(turn));
+                calls
+            } else {
+                honest(turn)
+            }
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "6"]);
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert!(
+        flags(&report, 1, 1).contains(&"tampered".to_string()),
+        "{report:#}"
+    );
+    let tamper = events(&report, "tamper", "kind");
+    assert_eq!(
+        tamper[0],
+        ("manifest_test_settings".to_string(), 1),
+        "{report:#}"
+    );
+    // Nothing was verified by the session that changed the manifest.
+    let checks = db_events(&m.queue, &run, "check").await;
+    for (c, s) in &checks {
+        if *s == 1 {
+            assert_eq!(c["outcome"], "failed", "{checks:?}");
+        }
+    }
+    assert_eq!(report["sessions"][1]["verified"], json!([]), "{report:#}");
+    // It did not land, so the honest sessions after it complete the run.
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(report["state"], "complete", "{report:#}");
+    assert_eq!(
+        rows(&report),
+        expect_rows(&[
+            (0, 1, "accepted"),
+            (1, 1, "not_merged"),
+            (2, 1, "merged"),
+            (3, 1, "merged")
+        ]),
+        "{report:#}"
+    );
+    assert_eq!(m.show(&run, "Cargo.toml"), MANIFEST);
+}
