@@ -183,12 +183,15 @@
 //!    a 1,000-file repository), and the pass-to-pass re-check of 50 instant features.
 //! 7. Trying it on the local model (two Python features, a kill mid-run), in the closing note.
 //!
-//! Known limits of the built parts, to settle when the above lands: a verify command's
-//! verdict is its exit code (no evidence that a filter matched a test; a skip written outside
-//! the protected paths — a root `conftest.py`, a test filter in a config file — is not yet
-//! found; the grader's tamper scan works against a task's `repo/`, which a run does not
-//! have); checks run one after another; money is `f64` USD; a repository that needs a
-//! global-config filter (LFS) or a `safe.directory` entry is read without them.
+//! Known limits of the built parts (an adversarial review of the verify step found them; what
+//! it found that is fixed: the fail-before checks now see the accepted `features.json`, as
+//! every check does; checks the shell cannot run or that hang are refused at init; files
+//! shadowing the protected tests or the runner, and the eval grader's tamper findings, fail
+//! every check and keep the session from landing; a worktree git cannot snapshot is the
+//! session's result): a verify command's verdict is its exit code (code under test that exits
+//! 0 itself passes; no evidence that a filter matched a test); a manifest the sessions write
+//! first is not frozen; checks run one after another; money is `f64` USD; a repository that
+//! needs a global-config filter (LFS) or a `safe.directory` entry is read without them.
 
 /// The agent of one session: `anvil -p` as a child process in the attempt's worktree.
 pub mod agent;
