@@ -10,6 +10,8 @@ pub mod digest;
 pub mod grade;
 /// Protected paths named by patterns, and laying them over a grading copy.
 pub mod protect;
+/// pytest configuration in ini, cfg and toml files: which tests run.
+pub mod runner_config;
 /// What beside the protected paths would be imported in their place (or the runner's).
 pub mod shadow;
 /// Tamper findings: changes to test infrastructure.

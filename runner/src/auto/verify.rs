@@ -198,14 +198,26 @@ impl Verifier {
     /// The eval grader's tamper scan of the commit's tree against the trusted one
     /// ([`anvil_grader::tamper::scan`]: start-up hooks, cargo config and toolchain files,
     /// build scripts, changed manifest test settings, code that runs before `main` or prints
-    /// the test harness's verdict lines), once per commit. Left out: what the protected paths
+    /// the test harness's verdict lines) and changed pytest configuration
+    /// ([`anvil_grader::runner_config`]: `addopts`, deselection, plugins), once per commit. Left out: what the protected paths
     /// cover (laid over anyway), and a `Cargo.toml` the trusted tree has not (the sessions
     /// write the project's first manifest; only one the contract's commit had is frozen).
     fn tamper(&self, tree: &Path) -> Vec<TamperFinding> {
         let trusted = self.trusted.path();
         let rust = trusted.join("Cargo.toml").is_file() || tree.join("Cargo.toml").is_file();
+        // pytest reads its configuration from where it runs and above: the root and every
+        // directory above a protected path.
+        let mut dirs = vec![PathBuf::new()];
+        for literal in self.protected.literals() {
+            for dir in Path::new(literal).ancestors().skip(1) {
+                if !dirs.iter().any(|d| d == dir) {
+                    dirs.push(dir.to_path_buf());
+                }
+            }
+        }
         anvil_grader::tamper::scan(tree, trusted, &[], rust)
             .into_iter()
+            .chain(anvil_grader::runner_config::changes(tree, trusted, &dirs))
             .filter(|f| !self.protected.covers(&f.path))
             .filter(|f| f.kind != "manifest_test_settings" || trusted.join(&f.path).is_file())
             .collect()

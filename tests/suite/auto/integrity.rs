@@ -612,3 +612,41 @@ async fn changed_test_settings_in_the_manifest_cannot_verify() {
     );
     assert_eq!(m.show(&run, "Cargo.toml"), MANIFEST);
 }
+
+/// A worker that deselects the protected test through pytest's configuration (`addopts` in a
+/// new `pytest.ini`) verifies nothing and is not merged: the change is a `runner_config`
+/// tamper finding, whatever pytest would have said.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_test_filter_in_the_runners_configuration_cannot_verify() {
+    let project = Project::two()
+        .verify("F001", "python3 -m pytest -q tests/test_a.py")
+        .file("tests/test_a.py", TEST_A_MODULE);
+    let server = Script::new(project)
+        .worker(|turn| {
+            vec![
+                write("pytest.ini", "[pytest]\naddopts = -k \"not test_a\"\n"),
+                turn.claim(&["F001"]),
+            ]
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "1"]);
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_eq!(report["features_verified"], 0, "{report:#}");
+    assert!(
+        flags(&report, 1, 1).contains(&"tampered".to_string()),
+        "{report:#}"
+    );
+    assert_eq!(
+        events(&report, "tamper", "kind")[0],
+        ("runner_config".to_string(), 1),
+        "{report:#}"
+    );
+    assert_eq!(
+        rows(&report)[1],
+        (1, 1, "not_merged".to_string()),
+        "{report:#}"
+    );
+}
