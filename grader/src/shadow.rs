@@ -12,43 +12,68 @@ use std::path::{Path, PathBuf};
 use crate::protect::ProtectedPaths;
 
 /// Test runners a check may start by module name (`python3 -m unittest`, `pytest`), which a
-/// module of the same name in the tree would replace.
-const RUNNER_MODULES: &[&str] = &["unittest", "pytest", "_pytest", "doctest"];
+/// module of the same name in the tree would replace; the standard library's own names come
+/// from the host's Python ([`stdlib_modules`]).
+const RUNNER_MODULES: &[&str] = &["unittest", "pytest", "_pytest", "doctest", "argparse"];
 
-/// Files Python or pytest load before any test runs.
-const STARTUP_HOOKS: &[&str] = &["sitecustomize.py", "usercustomize.py"];
+/// Files Python loads before any test runs, by module name.
+const STARTUP_HOOKS: &[&str] = &["sitecustomize", "usercustomize"];
+
+/// The standard library's top-level module names (`sys.stdlib_module_names` of the host's
+/// `python3`, asked once), with [`RUNNER_MODULES`]: a tree's `argparse.py` at the directory a
+/// test runs from is imported in place of the real one, by the runner itself.
+fn stdlib_modules() -> &'static std::collections::BTreeSet<String> {
+    static NAMES: std::sync::OnceLock<std::collections::BTreeSet<String>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        let mut names: std::collections::BTreeSet<String> = RUNNER_MODULES
+            .iter()
+            .chain(STARTUP_HOOKS)
+            .map(|m| m.to_string())
+            .collect();
+        if let Ok(out) = std::process::Command::new("python3")
+            .args([
+                "-I",
+                "-c",
+                "import sys; print(chr(10).join(sorted(sys.stdlib_module_names)))",
+            ])
+            .current_dir("/")
+            .output()
+            && out.status.success()
+        {
+            names.extend(
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string),
+            );
+        }
+        names
+    })
+}
 
 /// Entries of `copy` (relative paths, sorted) that would be imported instead of a protected
-/// path or the test runner, or run before the tests (see the module docs). An entry that the
-/// trusted tree holds with the same bytes is not one: it was there when the paths were
-/// protected.
+/// path, a package above one, the standard library or the test runner, or run before the
+/// tests (see the module docs). An entry that the trusted tree holds with the same bytes is
+/// not one: it was there when the paths were protected.
 pub fn shadows(copy: &Path, trusted: &Path, protected: &ProtectedPaths) -> Vec<String> {
-    let mut names: Vec<(PathBuf, String)> = RUNNER_MODULES
+    // What is protected, as the trusted tree has it (globs included), and the literal
+    // patterns themselves (a protected path that does not exist yet).
+    let mut targets: Vec<PathBuf> = protected.literals().iter().map(PathBuf::from).collect();
+    covered_entries(trusted, Path::new(""), protected, &mut targets);
+    // Per directory, the module names an entry there must not newly take.
+    let mut names: std::collections::BTreeMap<PathBuf, std::collections::BTreeSet<String>> =
+        std::collections::BTreeMap::new();
+    // The packages the protected paths live in are the project's own, whatever they hold.
+    let above: std::collections::BTreeSet<PathBuf> = targets
         .iter()
-        .map(|m| (PathBuf::new(), m.to_string()))
+        .flat_map(|t| t.ancestors().skip(1).map(Path::to_path_buf))
         .collect();
-    let mut hook_dirs: Vec<PathBuf> = vec![PathBuf::new()];
-    for literal in protected.literals() {
-        let path = Path::new(literal);
-        let parent = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let Some(file) = path.file_name().and_then(|n| n.to_str()) else {
-            continue;
-        };
-        let module = file.strip_suffix(".py").unwrap_or(file).to_string();
-        for ancestor in parent.ancestors() {
-            if !hook_dirs.iter().any(|d| d == ancestor) {
-                hook_dirs.push(ancestor.to_path_buf());
-            }
-        }
-        names.push((parent.clone(), module));
-        for m in RUNNER_MODULES {
-            names.push((parent.clone(), m.to_string()));
-        }
-    }
     let mut found = Vec::new();
     let mut consider = |rel: PathBuf| {
         let shown = rel.to_string_lossy().into_owned();
-        if protected.covers(&shown) || found.contains(&shown) {
+        if protected.covers(&shown) || found.contains(&shown) || above.contains(&rel) {
             return;
         }
         let ours = copy.join(&rel);
@@ -57,21 +82,60 @@ pub fn shadows(copy: &Path, trusted: &Path, protected: &ProtectedPaths) -> Vec<S
         }
         found.push(shown);
     };
-    for (dir, module) in &names {
+    let stdlib = stdlib_modules();
+    names
+        .entry(PathBuf::new())
+        .or_default()
+        .extend(stdlib.iter().cloned());
+    consider(PathBuf::from("conftest.py"));
+    for target in &targets {
+        let Some(file) = target.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let parent = target.parent().map(Path::to_path_buf).unwrap_or_default();
+        names
+            .entry(parent.clone())
+            .or_default()
+            .insert(file.strip_suffix(".py").unwrap_or(file).to_string());
+        // Every directory above it: a test may run from there (its sys.path[0]), pytest reads
+        // its conftest.py, and as a package its __init__ runs on import and its name must
+        // not be taken by a module beside it.
+        for dir in parent.ancestors() {
+            names
+                .entry(dir.to_path_buf())
+                .or_default()
+                .extend(stdlib.iter().cloned());
+            consider(dir.join("conftest.py"));
+            if dir.as_os_str().is_empty() {
+                continue;
+            }
+            names
+                .entry(dir.to_path_buf())
+                .or_default()
+                .insert("__init__".into());
+            if let (Some(up), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str()))
+            {
+                names
+                    .entry(up.to_path_buf())
+                    .or_default()
+                    .insert(name.to_string());
+            }
+        }
+    }
+    for (dir, modules) in &names {
         let Ok(entries) = std::fs::read_dir(copy.join(dir)) else {
             continue;
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if imports_as(&name, module) {
+            // A directory is imported as a module only as a regular package: a namespace
+            // portion loses to any module of that name.
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            let package = ["__init__.py", "__init__.pyc"]
+                .iter()
+                .any(|i| entry.path().join(i).exists());
+            if (!is_dir || package) && module_of(&name).is_some_and(|m| modules.contains(m)) {
                 consider(dir.join(&name));
-            }
-        }
-    }
-    for dir in &hook_dirs {
-        for hook in STARTUP_HOOKS.iter().chain(["conftest.py"].iter()) {
-            if dir.as_os_str().is_empty() || *hook == "conftest.py" {
-                consider(dir.join(hook));
             }
         }
     }
@@ -79,15 +143,34 @@ pub fn shadows(copy: &Path, trusted: &Path, protected: &ProtectedPaths) -> Vec<S
     found
 }
 
-/// Whether a directory entry named `name` is what `import module` finds: the package
-/// directory, the source, or a compiled or extension module.
-fn imports_as(name: &str, module: &str) -> bool {
-    let Some(rest) = name.strip_prefix(module) else {
-        return false;
+/// The topmost entries of `root` (under `rel`) that `protected` covers.
+fn covered_entries(root: &Path, rel: &Path, protected: &ProtectedPaths, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(root.join(rel)) else {
+        return;
     };
-    rest.is_empty()
-        || matches!(rest, ".py" | ".pyc" | ".pyo" | ".pyw" | ".so" | ".pyd")
-        || (rest.starts_with('.') && (rest.ends_with(".so") || rest.ends_with(".pyd")))
+    for entry in entries.flatten() {
+        let entry_rel = rel.join(entry.file_name());
+        if protected.covers(&entry_rel.to_string_lossy()) {
+            out.push(entry_rel);
+        } else if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            covered_entries(root, &entry_rel, protected, out);
+        }
+    }
+}
+
+/// The module name `import` finds a directory entry named `name` under: a package directory
+/// or a name without a dot, a source or compiled module, an extension module
+/// (`name.cpython-311-x86_64-linux-gnu.so`).
+fn module_of(name: &str) -> Option<&str> {
+    for suffix in [".py", ".pyc", ".pyo", ".pyw"] {
+        if let Some(m) = name.strip_suffix(suffix) {
+            return Some(m);
+        }
+    }
+    if name.ends_with(".so") || name.ends_with(".pyd") {
+        return name.split('.').next();
+    }
+    (!name.contains('.')).then_some(name)
 }
 
 /// Whether two entries hold the same thing: files with the same bytes, directories whose
@@ -164,7 +247,10 @@ mod tests {
                 ("tests.py", "__path__ = ['_t']"),
                 ("tests.cpython-311-x86_64-linux-gnu.so", ""),
                 ("pkg/helpers/__init__.py", ""),
+                ("unittest/__init__.py", ""),
                 ("unittest/__main__.py", "raise SystemExit(0)"),
+                // A namespace portion loses to the real package: no shadow.
+                ("email/notes.txt", ""),
                 ("pytest.py", ""),
                 ("sitecustomize.py", ""),
                 ("pkg/conftest.py", ""),
@@ -190,5 +276,26 @@ mod tests {
                 "unittest",
             ]
         );
+        // A standard-library module the runner imports, and the __init__ of a package above
+        // a protected file.
+        let protected = paths(&["pkg/helpers.py"]);
+        tree(
+            copy.path(),
+            &[
+                ("argparse.py", "import os; os._exit(0)"),
+                ("pkg/__init__.py", "x"),
+            ],
+        );
+        let found = shadows(copy.path(), trusted.path(), &protected);
+        for expected in ["argparse.py", "pkg/__init__.py", "pkg/helpers"] {
+            assert!(
+                found.contains(&expected.to_string()),
+                "{expected}: {found:?}"
+            );
+        }
+        // Globs are protected as what they cover in the trusted tree.
+        let protected = paths(&["tests/*.py"]);
+        let found = shadows(copy.path(), trusted.path(), &protected);
+        assert!(found.contains(&"tests.py".to_string()), "{found:?}");
     }
 }

@@ -238,9 +238,16 @@ async fn start_run(
                 );
                 return Ok(run);
             }
+            // A run `anvil auto run` started (its workers not held) is left as it is: holding
+            // them now would leave that process waiting for sessions nobody enqueues.
+            Purpose::Init if run.hold_workers == 0 => {
+                eprintln!(
+                    "anvil auto: run {} of this spec was started by `anvil auto run`; waiting for its contract",
+                    run.id
+                );
+            }
             Purpose::Init => {
                 eprintln!("anvil auto: resuming the initializer of run {}", run.id);
-                db.auto_hold_workers(&run.id, true).await?;
             }
         }
         enqueue_next(db, &run.id).await?;
@@ -632,6 +639,11 @@ async fn export(
         }
         rows
     };
+    let mut seen = std::collections::BTreeSet::new();
+    let rows: Vec<RunRow> = rows
+        .into_iter()
+        .filter(|r| seen.insert(r.id.clone()))
+        .collect();
     let running = rows.iter().filter(|r| r.terminal().is_none()).count();
     let mut runs = Vec::new();
     for row in rows {

@@ -274,6 +274,52 @@ impl Contract {
         self
     }
 
+    /// The protected files the verify commands name that do not exist: every path-like word
+    /// of a command (one with a `/`, or ending `.sh`, `.py`, `.bash`, `.js`, `.rb`, `.pl`),
+    /// read plainly (quotes stripped; words with `$`, backquotes, globs or redirections are
+    /// left alone), under the protected paths, missing from the tree (`exists`). No session
+    /// may write a protected file, so such a check fails before the work for that reason
+    /// alone and can never pass. (A path outside the protected paths is the session's to
+    /// write — the program under check, or a check script the initializer chose not to
+    /// protect, which is the contract's weakness, not something this can tell apart.) As
+    /// `(id, why)`.
+    pub fn script_problems(
+        &self,
+        protected: &ProtectedPaths,
+        exists: impl Fn(&str) -> bool,
+    ) -> Vec<(String, String)> {
+        const SCRIPT: &[&str] = &[".sh", ".py", ".bash", ".js", ".rb", ".pl"];
+        let mut out = Vec::new();
+        for f in &self.features {
+            for word in f.verify.cmd.split_whitespace() {
+                let word = word.trim_matches(|c| c == '"' || c == '\'');
+                if word.is_empty()
+                    || word.starts_with('-')
+                    || word.contains([
+                        '$', '`', '*', '?', '<', '>', '|', '&', ';', '(', ')', '=', '\'',
+                    ])
+                    || word.starts_with('/')
+                    || !(word.contains('/') || SCRIPT.iter().any(|e| word.ends_with(e)))
+                {
+                    continue;
+                }
+                let rel = word.trim_start_matches("./");
+                if rel.is_empty() || rel.split('/').any(|c| c == "..") {
+                    continue;
+                }
+                if protected.covers(rel) && !exists(rel) {
+                    out.push((
+                        f.id.clone(),
+                        format!(
+                            "it runs {word}, which is protected and does not exist: no session may write it (write it with the contract)"
+                        ),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
     /// The protected paths (checked when the contract was parsed).
     pub fn protected_paths(&self) -> Result<ProtectedPaths, anvil_grader::protect::PatternError> {
         ProtectedPaths::new(&self.protected)

@@ -927,6 +927,30 @@ impl Orchestrator {
             })
             .collect();
         let mut reasons = Vec::new();
+        let protected = contract
+            .protected_paths()
+            .map_err(|e| SessionError::Corrupt {
+                what: "protected paths".into(),
+                reason: e.to_string(),
+            })?;
+        let missing = {
+            let repo = ctx.repo.clone();
+            let candidate = candidate.clone();
+            let contract = contract.clone();
+            blocking(move || {
+                let mut paths = Vec::new();
+                for (id, why) in contract.script_problems(&protected, |p| {
+                    repo.read_file(&candidate, p).ok().flatten().is_some()
+                }) {
+                    paths.push(format!("{id}: {why}"));
+                }
+                Ok(paths)
+            })
+            .await?
+        };
+        if !missing.is_empty() {
+            reasons.push(missing.join("; "));
+        }
         if !vacuous.is_empty() {
             reasons.push(format!(
                 "the checks of {} pass before any work (a vacuous check verifies nothing)",

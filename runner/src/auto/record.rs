@@ -3,8 +3,9 @@
 //! runs of several specs, pass@k and pass^k with intervals, paired against a baseline.
 //!
 //! The mapping (sans-IO, [`records`]):
-//! - `task`: the spec's file name without its extension; `digests.task` is the spec's digest,
-//!   so two specs of one name are told apart there. `model`: the run's model (its alias).
+//! - `task`: the spec's file name without its extension and the first 8 hex digits of its
+//!   digest (`SPEC@1a2b3c4d`): two specs of one name are two tasks, and an edited spec a new
+//!   one; `digests.task` is the whole digest. `model`: the run's model (its alias).
 //! - `trial`: the run's place among the exported runs of the same task and model, oldest
 //!   first (from 0); `attempt` 1.
 //! - `pass`: `true` exactly when the run ended `complete` (the harness verified every feature);
@@ -44,7 +45,7 @@ pub fn records(
         .into_iter()
         .filter_map(|(run, sessions)| {
             let terminal = run.terminal()?;
-            let task = task_name(&run.spec_path);
+            let task = task_name(&run.spec_path, &run.spec_digest);
             let model = model_name(&run.model);
             let slot = trials.entry((task.clone(), model.clone())).or_insert(0);
             let trial = *slot;
@@ -143,12 +144,15 @@ fn record(
     }
 }
 
-/// The spec's file name without its extension (`SPEC.md` → `SPEC`).
-fn task_name(spec_path: &str) -> String {
-    Path::new(spec_path)
+/// The spec's file name without its extension, and its digest's first 8 hex digits
+/// (`SPEC.md` → `SPEC@1a2b3c4d`).
+fn task_name(spec_path: &str, spec_digest: &str) -> String {
+    let stem = Path::new(spec_path)
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| spec_path.to_string())
+        .unwrap_or_else(|| spec_path.to_string());
+    let hex = spec_digest.strip_prefix("sha256:").unwrap_or(spec_digest);
+    format!("{stem}@{}", &hex[..hex.len().min(8)])
 }
 
 /// The pinned model's `name` (its alias, or `provider:model`); `unknown` when the stored
@@ -238,10 +242,10 @@ mod tests {
         assert_eq!(
             keys,
             [
-                ("SPEC", 0, Some(true), Some("complete")),
-                ("SPEC", 1, Some(false), Some("stalled")),
-                ("OTHER", 0, None, Some("infra_failed")),
-                ("SPEC", 2, None, Some("cancelled")),
+                ("SPEC@aaaaaaaa", 0, Some(true), Some("complete")),
+                ("SPEC@aaaaaaaa", 1, Some(false), Some("stalled")),
+                ("OTHER@aaaaaaaa", 0, None, Some("infra_failed")),
+                ("SPEC@aaaaaaaa", 2, None, Some("cancelled")),
             ],
             "oldest first, the running one left out"
         );

@@ -60,6 +60,8 @@ pub struct Verifier {
     trusted: tempfile::TempDir,
     protected: ProtectedPaths,
     opts: GradeOptions,
+    /// The options named no grading root: each commit's is chosen by its own size.
+    choose_root: bool,
 }
 
 impl Verifier {
@@ -72,7 +74,8 @@ impl Verifier {
         opts: GradeOptions,
     ) -> Result<Self, VerifyError> {
         let mut opts = opts;
-        if opts.grading_root.is_none() {
+        let choose_root = opts.grading_root.is_none();
+        if choose_root {
             // The accepted tree's size stands for the trees this verifier will copy.
             let bytes = repo
                 .tree_bytes(accepted)
@@ -96,6 +99,7 @@ impl Verifier {
             trusted,
             protected,
             opts,
+            choose_root,
         })
     }
 
@@ -129,7 +133,20 @@ impl Verifier {
         commit: &Oid,
         features: &[Feature],
     ) -> Result<BTreeMap<String, Checked>, VerifyError> {
-        let tree = scratch(&self.opts, "anvil-commit-")?;
+        // A session may have grown the tree far past the accepted one: the memory-backed
+        // root only with room for this commit's copies too.
+        let mut opts = self.opts.clone();
+        if self.choose_root {
+            let bytes =
+                self.repo
+                    .tree_bytes(commit)
+                    .map_err(|source| VerifyError::Materialize {
+                        commit: commit.clone(),
+                        source,
+                    })?;
+            opts.grading_root = scratch_root(Path::new("/dev/shm"), bytes);
+        }
+        let tree = scratch(&opts, "anvil-commit-")?;
         self.repo
             .materialize(commit, tree.path())
             .map_err(|source| VerifyError::Materialize {
@@ -179,7 +196,7 @@ impl Verifier {
                     command: &feature.verify.cmd,
                     timeout: Duration::from_secs(feature.verify.timeout_s),
                 },
-                &self.opts,
+                &opts,
             )
             .await;
             let outcome = outcome(&evidence);
@@ -204,7 +221,10 @@ impl Verifier {
     /// write the project's first manifest; only one the contract's commit had is frozen).
     fn tamper(&self, tree: &Path) -> Vec<TamperFinding> {
         let trusted = self.trusted.path();
-        let rust = trusted.join("Cargo.toml").is_file() || tree.join("Cargo.toml").is_file();
+        // Markers of code that runs before `main` or prints libtest's lines are looked for in
+        // `.rs` files only: the sessions' own notes (progress.md quoting `test result: ok`)
+        // must not block honest work.
+        let rust = false;
         // pytest reads its configuration from where it runs and above: the root and every
         // directory above a protected path.
         let mut dirs = vec![PathBuf::new()];
@@ -219,6 +239,12 @@ impl Verifier {
             .into_iter()
             .chain(anvil_grader::runner_config::changes(tree, trusted, &dirs))
             .filter(|f| !self.protected.covers(&f.path))
+            // A conftest.py pytest would load is a shadow (`anvil_grader::shadow`); one
+            // elsewhere (fixtures of the project's own tests) is the session's.
+            .filter(|f| {
+                !(f.kind == "python_startup_hook"
+                    && Path::new(&f.path).file_name() == Some(std::ffi::OsStr::new("conftest.py")))
+            })
             .filter(|f| f.kind != "manifest_test_settings" || trusted.join(&f.path).is_file())
             .collect()
     }

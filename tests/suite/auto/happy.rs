@@ -278,7 +278,14 @@ async fn finished_runs_export_as_trials_the_reporter_reads() {
         .iter()
         .map(|r| {
             (
-                r["task"].as_str().unwrap().to_string(),
+                // `SPEC@` and the spec digest's first 8 hex digits.
+                r["task"]
+                    .as_str()
+                    .unwrap()
+                    .split('@')
+                    .next()
+                    .unwrap()
+                    .to_string(),
                 r["trial"].as_u64().unwrap(),
                 r["pass"].clone(),
                 r["outcome"].as_str().unwrap().to_string(),
@@ -297,7 +304,16 @@ async fn finished_runs_export_as_trials_the_reporter_reads() {
             ),
         ]
     );
+    let digest = anvil_runner::auto::contract::spec_digest(SPEC.as_bytes());
+    assert_eq!(
+        records[0]["task"],
+        format!("SPEC@{}", &digest.trim_start_matches("sha256:")[..8]),
+    );
     assert_eq!(records[0]["model"], "good");
+    // A run named twice is one trial.
+    let out = m.anvil(&["export", &complete, &complete]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1);
     assert_eq!(records[0]["sweep"], "auto-nightly");
     // Naming a run that is still running is refused.
     let out = m.anvil(&["export", &detached]);

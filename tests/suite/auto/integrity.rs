@@ -650,3 +650,39 @@ async fn a_test_filter_in_the_runners_configuration_cannot_verify() {
         "{report:#}"
     );
 }
+
+/// A worker that writes only `argparse.py` (`os._exit(0)`) at the root — a standard-library
+/// module `unittest` itself imports, found first from the directory the check runs in —
+/// verifies nothing, and is not merged; the protected test runs the program as a
+/// subprocess, so nothing of the module under test is involved.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standard_library_module_planted_at_the_root_cannot_verify() {
+    let project = Project::two()
+        .verify("F001", "python3 -m unittest tests.test_a")
+        .file("tests/__init__.py", "")
+        .file("tests/test_a.py", TEST_A_MODULE);
+    let server = Script::new(project)
+        .worker(|turn| {
+            vec![
+                write("argparse.py", "import os\nos._exit(0)\n"),
+                turn.claim(&["F001"]),
+            ]
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "1"]);
+    let run = run_id(&out);
+    let report = m.report(&run);
+    assert_eq!(report["features_verified"], 0, "{report:#}");
+    assert_eq!(
+        events(&report, "protected_shadows", "path")[0],
+        ("argparse.py".to_string(), 1),
+        "{report:#}"
+    );
+    assert_eq!(
+        rows(&report)[1],
+        (1, 1, "not_merged".to_string()),
+        "{report:#}"
+    );
+}

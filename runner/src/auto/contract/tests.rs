@@ -452,3 +452,29 @@ fn restore_writes_the_accepted_contract_with_the_harness_passes() {
     assert_eq!(check.rejected, vec![]);
     assert_eq!(check.claims, vec![claim("F002", true)]);
 }
+
+#[test]
+fn a_protected_script_a_check_runs_must_exist() {
+    let mut c = contract();
+    c.features[0].verify.cmd = "sh scripts/verify_add.sh && python3 calc.py 2 3".into();
+    c.features[1].verify.cmd = "bash ./tests/check_done.sh \"$(cat out.txt)\"".into();
+    let protected = c.protected_paths().unwrap();
+    // Nothing exists: only the protected scripts are problems; calc.py is the session's.
+    let problems = c.script_problems(&protected, |_| false);
+    let named: Vec<(&str, bool)> = problems
+        .iter()
+        .map(|(id, why)| (id.as_str(), why.contains("does not exist")))
+        .collect();
+    assert_eq!(named, [("F001", true), ("F002", true)], "{problems:?}");
+    assert!(
+        problems[0].1.contains("scripts/verify_add.sh"),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].1.contains("./tests/check_done.sh"),
+        "{problems:?}"
+    );
+    assert_eq!(c.script_problems(&protected, |_| true), vec![]);
+    // A dotted module name or a plain word is no path.
+    assert_eq!(contract().script_problems(&protected, |_| false), vec![]);
+}
