@@ -407,10 +407,8 @@ async fn a_module_planted_beside_the_protected_tests_cannot_verify() {
         .serve()
         .await;
     let m = Machine::new(&server, None);
-    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "2"]);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "2"]);
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
-    let run = run_id(&out);
-    let report = m.report(&run);
     assert_ne!(report["state"], "complete", "{report:#}");
     assert_eq!(report["features_verified"], 0, "{report:#}");
     assert!(
@@ -445,10 +443,8 @@ async fn a_check_that_reads_the_accepted_contract_is_refused_at_init() {
         .serve()
         .await;
     let m = Machine::new(&server, None);
-    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "3"]);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "3"]);
     assert_eq!(out.status.code(), Some(14), "{}", text(&out));
-    let run = run_id(&out);
-    let report = m.report(&run);
     assert_eq!(report["state"], "invalid_contract", "{report:#}");
     let rejected = db_events(&m.queue, &run, "contract.rejected").await;
     assert!(
@@ -471,10 +467,8 @@ async fn a_check_cannot_read_the_sessions_claims() {
         .serve()
         .await;
     let m = Machine::new(&server, None);
-    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "2"]);
+    let (out, _, report) = run_and_report(&m, &["--max-sessions", "2"]);
     assert_ne!(out.status.code(), Some(0), "{}", text(&out));
-    let run = run_id(&out);
-    let report = m.report(&run);
     assert_eq!(report["features_verified"], 0, "{report:#}");
     assert_eq!(
         events(&report, "false_claims", "id")[0],
@@ -507,23 +501,15 @@ async fn a_check_that_cannot_run_at_init_is_refused() {
 /// not retried as infrastructure until the run ends `infra_failed`; the next sessions go on.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worktree_git_cannot_commit_is_the_sessions_result_not_infrastructure() {
-    let server = Script::new(Project::two())
-        .worker(|turn| {
-            if turn.n == 1 {
-                let mut calls = vec![bash("nested", "git init -q vendor/lib")];
-                calls.extend(honest(turn));
-                calls
-            } else {
-                honest(turn)
-            }
-        })
-        .serve()
-        .await;
+    let server = cheating_first(
+        Project::two(),
+        vec![bash("nested", "git init -q vendor/lib")],
+    )
+    .serve()
+    .await;
     let m = Machine::new(&server, None);
-    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "5"]);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "5"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let run = run_id(&out);
-    let report = m.report(&run);
     assert_eq!(report["state"], "complete", "{report:#}");
     assert_eq!(
         rows(&report),
@@ -563,22 +549,11 @@ async fn changed_test_settings_in_the_manifest_cannot_verify() {
     let redirected = format!(
         "{MANIFEST}autotests = false\n\n[[test]]\nname = \"cli\"\npath = \"src/fake_cli.rs\"\n"
     );
-    let server = Script::new(project)
-        .worker(move |turn| {
-            if turn.n == 1 {
-                let mut calls = vec![overwrite("Cargo.toml", &redirected)];
-                calls.extend(honest(turn));
-                calls
-            } else {
-                honest(turn)
-            }
-        })
+    let server = cheating_first(project, vec![overwrite("Cargo.toml", &redirected)])
         .serve()
         .await;
     let m = Machine::new(&server, None);
-    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "6"]);
-    let run = run_id(&out);
-    let report = m.report(&run);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "6"]);
     assert!(
         flags(&report, 1, 1).contains(&"tampered".to_string()),
         "{report:#}"
@@ -631,9 +606,7 @@ async fn a_test_filter_in_the_runners_configuration_cannot_verify() {
         .serve()
         .await;
     let m = Machine::new(&server, None);
-    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "1"]);
-    let run = run_id(&out);
-    let report = m.report(&run);
+    let (_, _, report) = run_and_report(&m, &["--max-sessions", "1"]);
     assert_eq!(report["features_verified"], 0, "{report:#}");
     assert!(
         flags(&report, 1, 1).contains(&"tampered".to_string()),
@@ -671,9 +644,7 @@ async fn a_standard_library_module_planted_at_the_root_cannot_verify() {
         .serve()
         .await;
     let m = Machine::new(&server, None);
-    let out = m.anvil(&["run", "SPEC.md", "--max-sessions", "1"]);
-    let run = run_id(&out);
-    let report = m.report(&run);
+    let (_, _, report) = run_and_report(&m, &["--max-sessions", "1"]);
     assert_eq!(report["features_verified"], 0, "{report:#}");
     assert_eq!(
         events(&report, "protected_shadows", "path")[0],

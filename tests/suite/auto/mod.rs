@@ -562,6 +562,30 @@ pub fn child_run_id(child: &mut Child) -> String {
     line.trim().to_string()
 }
 
+/// A worker whose first session makes the `cheat` calls before its honest work; the later
+/// sessions are honest.
+pub fn cheating_first(project: Project, cheat: Vec<Call>) -> Script {
+    Script::new(project).worker(move |turn| {
+        let mut calls = if turn.n == 1 {
+            cheat.clone()
+        } else {
+            Vec::new()
+        };
+        calls.extend(honest(turn));
+        calls
+    })
+}
+
+/// `anvil auto run SPEC.md ARGS` to its end: its output, the run id and the run's report.
+pub fn run_and_report(m: &Machine, args: &[&str]) -> (Output, String, Value) {
+    let mut all = vec!["run", "SPEC.md"];
+    all.extend_from_slice(args);
+    let out = m.anvil(&all);
+    let run = run_id(&out);
+    let report = m.report(&run);
+    (out, run, report)
+}
+
 /// `kill -9` of a spawned process, reaped.
 pub fn kill_9(child: &mut Child) {
     nix::sys::signal::kill(
