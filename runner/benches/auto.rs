@@ -1,8 +1,10 @@
 //! `anvil auto`'s harness cost, the model and the checks left out:
 //! - one worker session's git and contract work on a 1,000-file (10 MB) repository: the
-//!   attempt's worktree, the candidate commit of the agent's change, reading and freeze-checking
-//!   `features.json`, the merge onto the run branch (with `features.json` written back), and
-//!   removing the worktree. Target ≤ 100 ms median.
+//!   attempt's worktree (the previous attempt's parked tree brought to the run branch's head,
+//!   as the orchestrator does; the first session checks out afresh), the candidate commit of
+//!   the agent's change, reading and freeze-checking `features.json`, the merge onto the run
+//!   branch (with `features.json` written back), and parking the worktree. Target ≤ 100 ms
+//!   median.
 //! - the pass-to-pass re-check of 50 verified features whose checks are instant (`true`): the
 //!   commit materialized once, then 50 protected grading copies, each check in the sandbox,
 //!   all under `/dev/shm` when it has room (the verify step's default). Reported, no target
@@ -23,7 +25,7 @@ use anvil_runner::auto::ids::{AttemptId, RunId};
 use anvil_runner::auto::run_state::SessionKind;
 use anvil_runner::auto::verify::Verifier;
 
-const SESSIONS: u32 = 20;
+const SESSIONS: u32 = 40;
 const FEATURES: usize = 50;
 
 fn git(dir: &Path, args: &[&str]) {
@@ -102,12 +104,18 @@ fn main() {
 
     let mut sessions = Vec::new();
     let mut base = head.clone();
+    let parked = root.path().join("attempts/parked");
     for session in 1..=SESSIONS {
         let dir = root.path().join(format!("attempts/s{session}a1"));
         let started = Instant::now();
         let wt = repo
-            .add_worktree(&run, AttemptId::new(session, 1), &base, &dir)
+            .reuse_worktree(&run, AttemptId::new(session, 1), &base, &dir, &parked)
             .unwrap();
+        // The agent's time, not timed: at least a second, so the files it writes are not
+        // "racily clean" against the index git wrote at checkout (git re-reads those).
+        let checked_out = started.elapsed();
+        std::thread::sleep(Duration::from_millis(1100));
+        let resumed = Instant::now();
         // What the model would have done: one source file changed, a progress note.
         std::fs::write(
             wt.dir.join(format!("src/mod00/session{session}.rs")),
@@ -138,14 +146,18 @@ fn main() {
             })
             .unwrap();
         base = merged.head(&base).clone();
-        repo.remove_worktree(&wt).unwrap();
-        sessions.push(started.elapsed());
+        repo.park_worktree(&wt, &parked).unwrap();
+        sessions.push(checked_out + resumed.elapsed());
     }
+    let first = sessions[0];
+    let reused = sessions[1..].to_vec();
     println!(
-        "auto session harness (1,000 files)   median {:>8.2?}  (max {:.2?}, {SESSIONS} sessions; target ≤ 100 ms)",
-        median(sessions.clone()),
-        sessions.iter().max().copied().unwrap_or_default()
+        "auto session harness (1,000 files)   median {:>8.2?}  (max {:.2?}, {} sessions on a parked tree; target ≤ 100 ms)",
+        median(reused.clone()),
+        reused.iter().max().copied().unwrap_or_default(),
+        reused.len()
     );
+    println!("  the first session (a fresh checkout)       {first:>8.2?}");
 
     let opts = GradeOptions {
         unsandboxed: false,

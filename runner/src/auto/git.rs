@@ -27,6 +27,19 @@
 //! the attempt's files into the user's repository as a work tree, with the user's config.
 //! (The agent's sandbox must still keep the user's `.git` read-only: a `git push` to it by
 //! path is a filesystem write, not a git permission.)
+//!
+//! **The harness index** of a worktree lives beside it (`s<N>a<k>.index`), where the agent
+//! cannot write: the checkout writes it, [`Repo::commit_worktree`] reads the files through it
+//! (its stat data — all of it, ctime included, whatever the repository's config says — spares
+//! hashing the files the agent did not touch; a file changed and dated back still has a new
+//! ctime). An attempt that ended is **parked** ([`Repo::park_worktree`]) with its index, and
+//! the next attempt's [`Repo::reuse_worktree`] brings that tree to its base: a fresh
+//! repository of its own, `read-tree -u --reset` (which rewrites every file whose stat is not
+//! the index's), then everything that is not a tracked path removed — ignored build output,
+//! nested repositories, fifos. Any doubt (a changed file left, a directory that cannot be read)
+//! and the tree is thrown away for a fresh checkout. Only an attempt whose agent has ended is
+//! parked; a dead attempt's worktree is saved as a patch and removed, so a process outliving
+//! its attempt never writes into the next one's tree.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -163,10 +176,12 @@ impl<'a> Git<'a> {
     fn command(&self, args: &[&str]) -> Command {
         let mut c = scrubbed();
         c.arg("--git-dir").arg(self.git_dir);
+        c.current_dir(self.git_dir);
         if let Some(w) = self.work_tree {
-            c.arg("--work-tree").arg(w);
+            // In the work tree's top: paths are relative to it, never to a directory inside.
+            c.arg("--work-tree").arg(w).current_dir(w);
         }
-        c.args(args).current_dir(self.git_dir);
+        c.args(args);
         if let Some(i) = self.index {
             c.env("GIT_INDEX_FILE", i);
         }
@@ -250,6 +265,18 @@ fn scrubbed() -> Command {
             "core.hooksPath=/dev/null",
             "-c",
             "core.fsmonitor=false",
+            // Stat data decides which files are re-read: all of it, whatever the repository
+            // says (a file the agent changed and dated back still has a new ctime).
+            "-c",
+            "core.trustctime=true",
+            "-c",
+            "core.checkStat=default",
+            "-c",
+            "core.ignoreStat=false",
+            "-c",
+            "core.untrackedCache=false",
+            "-c",
+            "core.splitIndex=false",
             "-c",
             "commit.gpgsign=false",
             "-c",
@@ -276,6 +303,13 @@ pub struct Worktree {
     pub base: Oid,
     /// `anvil-work/<run>/s<N>a<attempt>`.
     pub branch: String,
+}
+
+impl Worktree {
+    /// The harness's index of the worktree: beside it, out of the agent's reach.
+    pub fn index(&self) -> PathBuf {
+        index_beside(&self.dir)
+    }
 }
 
 /// A change the harness makes to a candidate's tree before it lands on the run branch.
@@ -359,6 +393,26 @@ pub fn merge_message(
     format!(
         "{title}\n\nAnvil-Run: {run}\nAnvil-Session: {session}\nAnvil-Verified: {verified}\nAnvil-Cost: {cost}\nAnvil-Candidate: {candidate}\n"
     )
+}
+
+/// An object `git cat-file --batch` printed.
+struct Object {
+    oid: Oid,
+    kind: String,
+    data: Vec<u8>,
+}
+
+/// The committer's time (seconds since the epoch) in a commit object.
+fn committer_time(commit: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(commit).ok()?;
+    let line = text
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find(|l| l.starts_with("committer "))?;
+    let mut fields = line.rsplit(' ');
+    let _zone = fields.next()?;
+    let time = fields.next()?;
+    time.bytes().all(|b| b.is_ascii_digit()).then_some(time)
 }
 
 /// A private index file, removed with its directory.
@@ -457,10 +511,45 @@ impl Repo {
         }
     }
 
-    /// The tree of `commit`.
-    fn tree_of(&self, commit: &Oid) -> Result<Oid, GitError> {
-        let spec = format!("{commit}^{{tree}}");
-        self.git("rev-parse").oid(&["rev-parse", "--verify", &spec])
+    /// `git cat-file --batch` of `specs`, in one process: each one's object, or `None` when
+    /// it names none.
+    fn objects(&self, step: &str, specs: &[String]) -> Result<Vec<Option<Object>>, GitError> {
+        let git = self.git(step);
+        let mut input = Vec::new();
+        for spec in specs {
+            if spec.contains('\n') {
+                return Err(git.fail(format!("{spec:?} is not an object name")));
+            }
+            input.extend_from_slice(spec.as_bytes());
+            input.push(b'\n');
+        }
+        let out = git.run_with(&["cat-file", "--batch"], Some(&input))?;
+        let mut rest = out.as_slice();
+        let mut found = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let bad = || git.fail(format!("unexpected `cat-file --batch` output for {spec:?}"));
+            let end = rest.iter().position(|b| *b == b'\n').ok_or_else(bad)?;
+            let header = String::from_utf8_lossy(&rest[..end]).into_owned();
+            rest = &rest[end + 1..];
+            let fields: Vec<&str> = header.split(' ').collect();
+            let [oid, kind, size] = fields.as_slice() else {
+                // `<spec> missing`, `<spec> ambiguous`.
+                found.push(None);
+                continue;
+            };
+            let oid = Oid::parse(oid).ok_or_else(bad)?;
+            let size: usize = size.parse().map_err(|_| bad())?;
+            if rest.len() < size + 1 {
+                return Err(bad());
+            }
+            found.push(Some(Object {
+                oid,
+                kind: kind.to_string(),
+                data: rest[..size].to_vec(),
+            }));
+            rest = &rest[size + 1..];
+        }
+        Ok(found)
     }
 
     /// Creates `refs/heads/<branch>` at `at`; it must not exist (compare-and-swap against
@@ -485,13 +574,42 @@ impl Repo {
     }
 
     /// Adds the worktree of `attempt` at `dir` (outside the checkout, not existing yet), on
-    /// branch `anvil-work/<run>/s<N>a<attempt>` at `base` (see the module docs).
+    /// branch `anvil-work/<run>/s<N>a<attempt>` at `base` (see the module docs): every file
+    /// written afresh.
     pub fn add_worktree(
         &self,
         run: &RunId,
         attempt: AttemptId,
         base: &Oid,
         dir: &Path,
+    ) -> Result<Worktree, GitError> {
+        self.open_worktree(run, attempt, base, dir, None)
+    }
+
+    /// [`Repo::add_worktree`], starting from the tree an earlier attempt left parked at
+    /// `parked` ([`Repo::park_worktree`]) when there is one: only the files that differ from
+    /// `base` are written, everything the index of `base` does not hold is removed, and a
+    /// tree that cannot be brought exactly to `base` (a file changed since it was parked, a
+    /// directory that cannot be read) is thrown away for a fresh checkout. Either way the
+    /// attempt starts from exactly `base`'s files.
+    pub fn reuse_worktree(
+        &self,
+        run: &RunId,
+        attempt: AttemptId,
+        base: &Oid,
+        dir: &Path,
+        parked: &Path,
+    ) -> Result<Worktree, GitError> {
+        self.open_worktree(run, attempt, base, dir, Some(parked))
+    }
+
+    fn open_worktree(
+        &self,
+        run: &RunId,
+        attempt: AttemptId,
+        base: &Oid,
+        dir: &Path,
+        parked: Option<&Path>,
     ) -> Result<Worktree, GitError> {
         let dir = resolve_new(dir)?;
         if dir.starts_with(&self.checkout) || self.checkout.starts_with(&dir) {
@@ -507,46 +625,35 @@ impl Repo {
         std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
         let branch = run.work_branch(attempt);
         self.create_branch(&branch, base, "anvil auto: attempt started")?;
-        std::fs::create_dir(&dir).map_err(io("cannot create", &dir))?;
-        // A repository of its own: `init` without the user's `--git-dir`.
-        let init = scrubbed()
-            .args([
-                "init",
-                "--quiet",
-                "--template=",
-                "--initial-branch",
-                &branch,
-            ])
-            .arg(&dir)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| GitError::Command {
-                step: "init".into(),
-                dir: dir.clone(),
-                reason: format!("cannot run git: {e} (is git installed?)"),
-            })?;
-        if !init.status.success() {
-            return Err(GitError::Command {
-                step: "init".into(),
-                dir: dir.clone(),
-                reason: String::from_utf8_lossy(&init.stderr).trim().to_string(),
-            });
-        }
+        let index = index_beside(&dir);
+        remove_file(&index)?;
+        let warm = match parked {
+            Some(parked) if unpark(parked, &dir, &index)? => {
+                match self.refresh(&dir, &index, &branch, base) {
+                    Ok(true) => true,
+                    Ok(false) => false,
+                    Err(e) => {
+                        tracing::debug!("a parked worktree is not reused: {e}");
+                        false
+                    }
+                }
+            }
+            _ => false,
+        };
         let own = dir.join(".git");
-        let info = own.join("objects/info");
-        std::fs::create_dir_all(&info).map_err(io("cannot create", &info))?;
-        let alternates = info.join("alternates");
-        std::fs::write(
-            &alternates,
-            format!("{}\n", self.git_dir.join("objects").display()),
-        )
-        .map_err(io("cannot write", &alternates))?;
-        let refname = format!("refs/heads/{branch}");
-        let git = Git::new(&own, "worktree checkout");
-        git.run(&["update-ref", &refname, base.as_str()])?;
-        git.work_tree(&dir)
-            .run(&["read-tree", "-u", "--reset", base.as_str()])?;
+        if !warm {
+            remove_all(&dir)?;
+            remove_file(&index)?;
+            std::fs::create_dir(&dir).map_err(io("cannot create", &dir))?;
+            self.init_own(&dir, &branch, base)?;
+            Git::new(&own, "worktree checkout")
+                .work_tree(&dir)
+                .index(&index)
+                .run(&["read-tree", "-u", "--reset", base.as_str()])?;
+        }
+        // The agent's own repository gets the same index, so its `git status` is clean.
+        let copy = own.join("index");
+        std::fs::copy(&index, &copy).map_err(io("cannot write", &copy))?;
         Ok(Worktree {
             dir,
             run: run.clone(),
@@ -556,13 +663,110 @@ impl Repo {
         })
     }
 
+    /// A repository of its own in `dir/.git` (any earlier one removed), borrowing the user's
+    /// objects, on `branch` at `base`: `init` without the user's `--git-dir`.
+    fn init_own(&self, dir: &Path, branch: &str, base: &Oid) -> Result<(), GitError> {
+        let own = dir.join(".git");
+        remove_all(&own)?;
+        let init = scrubbed()
+            .args(["init", "--quiet", "--template=", "--initial-branch", branch])
+            .arg(dir)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| GitError::Command {
+                step: "init".into(),
+                dir: dir.to_path_buf(),
+                reason: format!("cannot run git: {e} (is git installed?)"),
+            })?;
+        if !init.status.success() {
+            return Err(GitError::Command {
+                step: "init".into(),
+                dir: dir.to_path_buf(),
+                reason: String::from_utf8_lossy(&init.stderr).trim().to_string(),
+            });
+        }
+        let info = own.join("objects/info");
+        std::fs::create_dir_all(&info).map_err(io("cannot create", &info))?;
+        let alternates = info.join("alternates");
+        std::fs::write(
+            &alternates,
+            format!("{}\n", self.git_dir.join("objects").display()),
+        )
+        .map_err(io("cannot write", &alternates))?;
+        // The branch as a loose ref (gitrepository-layout): what `update-ref` would write in
+        // a repository that has no packed refs, without another git process.
+        let reference = own.join("refs/heads").join(branch);
+        if let Some(up) = reference.parent() {
+            std::fs::create_dir_all(up).map_err(io("cannot create", up))?;
+        }
+        std::fs::write(&reference, format!("{base}\n")).map_err(io("cannot write", &reference))?;
+        Ok(())
+    }
+
+    /// Brings an unparked tree in `dir`, whose harness index `index` holds the files as they
+    /// were parked, to exactly `base`: a fresh repository of its own, `read-tree -u --reset`
+    /// (only the files that differ are written), then nothing but `base`'s files. `false`
+    /// when that cannot be made certain (then the caller checks out afresh).
+    fn refresh(
+        &self,
+        dir: &Path,
+        index: &Path,
+        branch: &str,
+        base: &Oid,
+    ) -> Result<bool, GitError> {
+        self.init_own(dir, branch, base)?;
+        let own = dir.join(".git");
+        let git = Git::new(&own, "worktree refresh")
+            .work_tree(dir)
+            .index(index);
+        git.run(&["read-tree", "-u", "--reset", base.as_str()])?;
+        // Every tracked path (`H`), and those whose file is not the index's (`C`: changed,
+        // `R`: removed) — which `read-tree` should have rewritten; if one is left, this tree
+        // is not trusted. Anything on stderr (a directory git could not read) neither.
+        let listed = git.output(&["ls-files", "-z", "-t", "-c", "-m", "-d"], None)?;
+        if !listed.status.success() || !listed.stderr.is_empty() {
+            return Ok(false);
+        }
+        let mut tracked = std::collections::HashSet::new();
+        for entry in zero_separated(&listed.stdout) {
+            match entry.split_first() {
+                Some((b'H', rest)) if rest.first() == Some(&b' ') => {
+                    tracked.insert(&rest[1..]);
+                }
+                _ => return Ok(false),
+            }
+        }
+        let mut parents: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
+        for path in &tracked {
+            for (i, b) in path.iter().enumerate() {
+                if *b == b'/' {
+                    parents.insert(&path[..i]);
+                }
+            }
+        }
+        remove_untracked(dir, &tracked, &parents)
+    }
+
     /// The tree of the worktree's files as they are (its `.gitignore` honoured), read into the
-    /// user's repository through a private index started from the attempt's base.
+    /// user's repository through the attempt's harness index (beside the worktree, out of the
+    /// agent's reach; its stat data spares hashing the files that did not change), or, when
+    /// it has none, a private index started from the attempt's base. Afterwards the index
+    /// holds the files as they are, so the tree can be parked.
     fn snapshot(&self, wt: &Worktree) -> Result<Oid, GitError> {
-        let index = PrivateIndex::new()?;
-        let path = index.path();
+        let harness = wt.index();
+        let private;
+        let path = if harness.is_file() {
+            harness
+        } else {
+            private = PrivateIndex::new()?;
+            let path = private.path();
+            self.git("snapshot index")
+                .index(&path)
+                .run(&["read-tree", wt.base.as_str()])?;
+            path
+        };
         let git = self.git("snapshot").index(&path).work_tree(&wt.dir);
-        git.run(&["read-tree", wt.base.as_str()])?;
         // Tracked files are updated even where ignored; untracked ignored ones stay out.
         git.run(&["add", "--all"])?;
         git.oid(&["write-tree"])
@@ -573,10 +777,16 @@ impl Repo {
     /// nothing changed since the branch's commit, that commit.
     pub fn commit_worktree(&self, wt: &Worktree, message: &str) -> Result<Oid, GitError> {
         let tree = self.snapshot(wt)?;
-        let head = self.branch(&wt.branch)?.ok_or_else(|| GitError::NoRef {
-            refname: format!("refs/heads/{}", wt.branch),
-        })?;
-        if self.tree_of(&head)? == tree {
+        let refname = format!("refs/heads/{}", wt.branch);
+        let found = self.objects(
+            "cat-file",
+            &[refname.clone(), format!("{refname}^{{tree}}")],
+        )?;
+        let (Some(Some(head)), Some(Some(head_tree))) = (found.first(), found.get(1)) else {
+            return Err(GitError::NoRef { refname });
+        };
+        let head = head.oid.clone();
+        if head_tree.oid == tree {
             return Ok(head);
         }
         let commit = self.git("commit-tree").oid(&[
@@ -587,7 +797,6 @@ impl Repo {
             "-m",
             message,
         ])?;
-        let refname = format!("refs/heads/{}", wt.branch);
         self.git("update-ref").run(&[
             "update-ref",
             "-m",
@@ -617,13 +826,13 @@ impl Repo {
 
     /// The bytes of `path` at `commit`; `None` when it has no such file.
     pub fn read_file(&self, commit: &Oid, path: &str) -> Result<Option<Vec<u8>>, GitError> {
-        let spec = format!("{commit}:{path}");
-        let git = self.git("cat-file");
-        let kind = git.output(&["cat-file", "-t", &spec], None)?;
-        if !kind.status.success() || kind.stdout.trim_ascii() != b"blob" {
-            return Ok(None);
-        }
-        git.run(&["cat-file", "blob", &spec]).map(Some)
+        let found = self.objects("cat-file", &[format!("{commit}:{path}")])?;
+        Ok(found
+            .into_iter()
+            .next()
+            .flatten()
+            .filter(|o| o.kind == "blob")
+            .map(|o| o.data))
     }
 
     /// `git log --oneline -<n>` of `rev` (for the status block of a worker's first request).
@@ -683,10 +892,33 @@ impl Repo {
             self.apply_edit(&git, edit)?;
         }
         let tree = git.oid(&["write-tree"])?;
-        let current = self.branch(&branch)?.ok_or_else(|| GitError::NoRef {
-            refname: refname.clone(),
-        })?;
-        if tree == self.tree_of(m.expected)? {
+        let found = self.objects(
+            "cat-file",
+            &[
+                refname.clone(),
+                format!("{}^{{tree}}", m.expected),
+                format!("{}^{{commit}}", m.candidate),
+            ],
+        )?;
+        let (current, expected_tree, candidate) = match found.as_slice() {
+            [Some(c), Some(e), Some(k)] => (c, e, k),
+            [None, ..] => {
+                return Err(GitError::NoRef {
+                    refname: refname.clone(),
+                });
+            }
+            _ => {
+                return Err(git.fail(format!(
+                    "{} or {} is not a commit of this repository",
+                    m.expected, m.candidate
+                )));
+            }
+        };
+        let current = current.oid.clone();
+        let date = committer_time(&candidate.data)
+            .ok_or_else(|| git.fail(format!("{} has no committer time", m.candidate)))?
+            .to_string();
+        if tree == expected_tree.oid {
             return if &current == m.expected {
                 Ok(Merged::Unchanged)
             } else {
@@ -697,9 +929,6 @@ impl Repo {
                 })
             };
         }
-        let date = self
-            .git("show")
-            .text(&["show", "-s", "--format=%ct", m.candidate.as_str()])?;
         let message = merge_message(
             m.run,
             m.session,
@@ -820,16 +1049,128 @@ impl Repo {
         Ok(true)
     }
 
-    /// Removes the worktree's directory (whatever the agent left in it) and its branch in the
-    /// user's repository.
+    /// Removes the worktree's directory (whatever the agent left in it), its harness index
+    /// and its branch in the user's repository.
     pub fn remove_worktree(&self, wt: &Worktree) -> Result<(), GitError> {
         remove_all(&wt.dir)?;
+        remove_file(&wt.index())?;
+        self.remove_work_branch(wt)
+    }
+
+    /// Parks the worktree of an attempt that ended (its agent's processes gone) at `parked`,
+    /// with its harness index, for [`Repo::reuse_worktree`] of the next attempt; what was
+    /// parked there before is removed, and so is the attempt's branch. Without a harness
+    /// index (the attempt's files were never snapshotted) the worktree is removed instead.
+    pub fn park_worktree(&self, wt: &Worktree, parked: &Path) -> Result<(), GitError> {
+        self.remove_work_branch(wt)?;
+        let parked_index = index_beside(parked);
+        remove_all(parked)?;
+        remove_file(&parked_index)?;
+        let index = wt.index();
+        if !index.is_file() {
+            return remove_all(&wt.dir);
+        }
+        if let Some(up) = parked.parent() {
+            std::fs::create_dir_all(up).map_err(io("cannot create", up))?;
+        }
+        std::fs::rename(&wt.dir, parked).map_err(io("cannot park", &wt.dir))?;
+        if let Err(e) = std::fs::rename(&index, &parked_index) {
+            remove_all(parked)?;
+            return Err(io("cannot park", &index)(e));
+        }
+        Ok(())
+    }
+
+    fn remove_work_branch(&self, wt: &Worktree) -> Result<(), GitError> {
         let refname = format!("refs/heads/{}", wt.branch);
         if self.branch(&wt.branch)?.is_some() {
             self.git("update-ref")
                 .run(&["update-ref", "-d", &refname])?;
         }
         Ok(())
+    }
+}
+
+/// The harness's index of the worktree at `dir`: beside it, so outside what the agent can
+/// write.
+fn index_beside(dir: &Path) -> PathBuf {
+    let mut name = dir.as_os_str().to_owned();
+    name.push(".index");
+    PathBuf::from(name)
+}
+
+/// Removes a parked tree and its index (the run ended).
+pub fn discard_parked(parked: &Path) -> Result<(), GitError> {
+    remove_all(parked)?;
+    remove_file(&index_beside(parked))
+}
+
+/// Moves a parked tree and its index to `dir` and `index`; `false` when nothing usable is
+/// parked (no directory — a link is not one — or no index).
+fn unpark(parked: &Path, dir: &Path, index: &Path) -> Result<bool, GitError> {
+    let parked_index = index_beside(parked);
+    let usable = parked.symlink_metadata().is_ok_and(|m| m.is_dir())
+        && parked_index.symlink_metadata().is_ok_and(|m| m.is_file());
+    if !usable {
+        return Ok(false);
+    }
+    std::fs::rename(parked, dir).map_err(io("cannot unpark", parked))?;
+    std::fs::rename(&parked_index, index).map_err(io("cannot unpark", &parked_index))?;
+    Ok(true)
+}
+
+/// Removes everything under `dir` but its `.git` that is neither a tracked path nor a
+/// directory holding one: files of other kinds (a fifo, a socket) even at a tracked path.
+/// `false` when a directory cannot be read.
+fn remove_untracked(
+    dir: &Path,
+    tracked: &std::collections::HashSet<&[u8]>,
+    parents: &std::collections::HashSet<&[u8]>,
+) -> Result<bool, GitError> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(dir.join(&rel)) else {
+            return Ok(false);
+        };
+        for entry in entries {
+            let Ok(entry) = entry else {
+                return Ok(false);
+            };
+            let path = rel.join(entry.file_name());
+            if rel.as_os_str().is_empty() && entry.file_name() == ".git" {
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                return Ok(false);
+            };
+            let key = path.as_os_str().as_bytes();
+            if kind.is_dir() && parents.contains(key) {
+                stack.push(path);
+            } else if (kind.is_file() || kind.is_symlink()) && tracked.contains(key) {
+            } else if kind.is_dir() && tracked.contains(key) {
+                // A submodule's place: empty, as a checkout leaves it.
+                let full = dir.join(&path);
+                remove_all(&full)?;
+                std::fs::create_dir(&full).map_err(io("cannot create", &full))?;
+            } else {
+                let full = dir.join(&path);
+                if kind.is_dir() {
+                    remove_all(&full)?;
+                } else {
+                    std::fs::remove_file(&full).map_err(io("cannot remove", &full))?;
+                }
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Removes a file; one that does not exist is fine.
+fn remove_file(path: &Path) -> Result<(), GitError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("cannot remove", path)(e)),
+        _ => Ok(()),
     }
 }
 

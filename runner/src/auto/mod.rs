@@ -71,10 +71,11 @@
 //!
 //! A worker session, step by step:
 //! 1. Admission: [`run_state::Ledger::next`] with the session's reserved cost estimate.
-//! 2. Worktree: [`git::Repo::add_worktree`] from the run branch's head (the last validated
+//! 2. Worktree: [`git::Repo::reuse_worktree`] from the run branch's head (the last validated
 //!    commit) into `<data>/anvil/auto/<run>/attempts/s<N>a<k>/`, outside the checkout, a
 //!    repository of its own borrowing the user's objects (see [`git`] for why not
-//!    `git worktree add`).
+//!    `git worktree add`): the previous attempt's parked tree brought to exactly that commit
+//!    (only differing files written, everything else removed), or a fresh checkout.
 //! 3. The agent: `anvil -p` headless in the worktree, sandboxed (worktree writable; the
 //!    user's `.git/objects` readable, nothing else of the user's repository), with step and
 //!    wall-clock caps and a session transcript. Its first request carries a harness-written
@@ -99,8 +100,9 @@
 //!    `Anvil-Session`, `Anvil-Verified`, `Anvil-Cost`, `Anvil-Candidate`, moved by
 //!    compare-and-swap from the base. The commit is a function of the request (the
 //!    candidate's dates), so a merge redone after a crash finds the branch already there.
-//! 8. Record the session's [`run_state::Event`], remove the worktree
-//!    ([`git::Repo::remove_worktree`]), enqueue what [`run_state::Ledger::next`] says.
+//! 8. Record the session's [`run_state::Event`], park the worktree for the next attempt
+//!    ([`git::Repo::park_worktree`]; removed when the run ends), enqueue what
+//!    [`run_state::Ledger::next`] says.
 //!
 //! The initializer: the same, from the checkout's HEAD, with the initializer's prompt; its
 //! candidate must hold a `features.json` that parses ([`contract::Contract::parse`]), whose

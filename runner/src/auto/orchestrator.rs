@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::auto::agent::{self, AgentError, AgentRun, AgentSpec};
 use crate::auto::contract::{self, Contract, FEATURES_FILE};
-use crate::auto::git::{GitError, MergeRequest, Merged, Oid, Repo, TreeEdit, Worktree};
+use crate::auto::git::{self, GitError, MergeRequest, Merged, Oid, Repo, TreeEdit, Worktree};
 use crate::auto::ids::{AttemptId, RunId};
 use crate::auto::job::{self, AutoJobError, AutoSessionHandler, AutoSessionJob};
 use crate::auto::prompts::{self, PROGRESS_FILE, Status};
@@ -67,6 +67,12 @@ pub struct RunDirs {
 impl RunDirs {
     pub fn attempt(&self, id: AttemptId) -> PathBuf {
         self.root.join("attempts").join(id.to_string())
+    }
+
+    /// Where the worktree of the last attempt that ended waits for the next one
+    /// ([`Repo::park_worktree`]).
+    pub fn parked(&self) -> PathBuf {
+        self.root.join("attempts").join("parked")
     }
 
     pub fn config(&self, id: AttemptId) -> PathBuf {
@@ -188,6 +194,13 @@ impl Orchestrator {
         match &next {
             Next::Stop { terminal, reason } => {
                 self.db.auto_finish_run(&run.id, *terminal, reason).await?;
+                let parked = RunDirs {
+                    root: PathBuf::from(&run.data_dir),
+                }
+                .parked();
+                if let Err(e) = blocking(move || git::discard_parked(&parked)).await {
+                    tracing::warn!("auto run {}: the parked worktree stays: {e}", run.id);
+                }
             }
             Next::Start {
                 kind: SessionKind::Worker,
@@ -390,7 +403,7 @@ impl Orchestrator {
                 events
             })
             .await?;
-        self.remove_attempt(&ctx).await;
+        self.park_attempt(&ctx).await;
         if written {
             self.advance(&ctx.run, &ctx.model).await?;
         }
@@ -485,9 +498,20 @@ impl Orchestrator {
         }
     }
 
+    /// Removes the attempt's worktree (the run ends).
     async fn remove_attempt(&self, ctx: &Ctx) {
+        self.end_attempt(ctx, false).await;
+    }
+
+    /// Parks the worktree of an attempt whose agent has ended, for the next attempt.
+    async fn park_attempt(&self, ctx: &Ctx) {
+        self.end_attempt(ctx, true).await;
+    }
+
+    async fn end_attempt(&self, ctx: &Ctx, park: bool) {
         let id = ctx.attempt_id();
         let dir = ctx.dirs.attempt(id);
+        let parked = ctx.dirs.parked();
         let repo = ctx.repo.clone();
         let run = ctx.id.clone();
         let result = blocking(move || {
@@ -500,7 +524,11 @@ impl Orchestrator {
                     refname: "base".into(),
                 })?,
             };
-            repo.remove_worktree(&wt)
+            if park {
+                repo.park_worktree(&wt, &parked)
+            } else {
+                repo.remove_worktree(&wt)
+            }
         })
         .await;
         if let Err(e) = result {
@@ -574,7 +602,8 @@ impl Orchestrator {
             let run = ctx.id.clone();
             let base = base.clone();
             let dir = ctx.dirs.attempt(id);
-            blocking(move || repo.add_worktree(&run, id, &base, &dir)).await?
+            let parked = ctx.dirs.parked();
+            blocking(move || repo.reuse_worktree(&run, id, &base, &dir, &parked)).await?
         };
         let transcript = ctx.dirs.transcript(id);
         self.update(

@@ -521,6 +521,164 @@ fn a_dead_attempts_leftovers_are_saved_as_a_patch_that_applies() {
     r.remove_worktree(&idle).unwrap();
 }
 
+/// The tree of `commit`, as a fresh checkout writes it.
+fn tree_files(r: &Repo, commit: &Oid) -> BTreeMap<String, Vec<u8>> {
+    let out = tempfile::tempdir().unwrap();
+    r.materialize(commit, out.path()).unwrap();
+    files(out.path())
+}
+
+/// The attempt's worktree is exactly `base`: its files, its own repository's branch, a clean
+/// `git status` there.
+fn assert_exactly(r: &Repo, wt: &anvil_runner::auto::git::Worktree, base: &Oid, why: &str) {
+    assert_eq!(files(&wt.dir), tree_files(r, base), "{why}");
+    assert_eq!(
+        git_out(&wt.dir, &["status", "--porcelain", "--ignored"]),
+        "",
+        "{why}"
+    );
+    assert_eq!(
+        git_out(&wt.dir, &["rev-parse", "HEAD"]).trim(),
+        base.as_str(),
+        "{why}"
+    );
+}
+
+#[test]
+fn a_parked_worktree_starts_the_next_attempt_from_exactly_its_base() {
+    let home = Home::new();
+    let repo = home.git_repo(
+        "repo",
+        &[
+            ("src/a.rs", "a\n"),
+            ("src/deep/b.rs", "b\n"),
+            ("tests/t.sh", "exit 1\n"),
+            ("same.txt", "0123456789\n"),
+        ],
+    );
+    let r = Repo::open(&repo).unwrap();
+    let head = r.resolve("HEAD").unwrap();
+    let run = RunId::new("r9").unwrap();
+    r.create_run_branch(&run, &head).unwrap();
+    let attempts = tempfile::tempdir().unwrap();
+    let parked = attempts.path().join("parked");
+    let first = r
+        .reuse_worktree(
+            &run,
+            AttemptId::new(1, 1),
+            &head,
+            &attempts.path().join("s1a1"),
+            &parked,
+        )
+        .unwrap();
+    assert_exactly(&r, &first, &head, "nothing parked: a fresh checkout");
+
+    // A session that leaves everything a model might: edits, a deletion, a new directory,
+    // ignored build output, a nested repository, its own commits.
+    write(&first.dir, "src/a.rs", "a, changed\n");
+    std::fs::remove_file(first.dir.join("src/deep/b.rs")).unwrap();
+    write(&first.dir, "src/new/c.rs", "c\n");
+    write(&first.dir, ".gitignore", "target/\n*.log\n");
+    write(&first.dir, "target/debug/app", "binary\n");
+    write(&first.dir, "run.log", "log\n");
+    write(&first.dir, "vendor/lib/x.txt", "x\n");
+    git_out(&first.dir.join("vendor/lib"), &["init", "-q"]);
+    git_out(&first.dir.join("vendor/lib"), &["add", "-A"]);
+    git_out(&first.dir.join("vendor/lib"), &["commit", "-qm", "nested"]);
+    git_out(&first.dir, &["add", "src"]);
+    git_out(&first.dir, &["commit", "-qm", "the agent's own commit"]);
+    let candidate = r.commit_worktree(&first, "s1a1: candidate").unwrap();
+    r.park_worktree(&first, &parked).unwrap();
+    assert!(!first.dir.exists() && parked.is_dir());
+    assert_eq!(r.branch(&first.branch).unwrap(), None, "its branch is gone");
+
+    // Rejected: the next attempt starts from the old base, none of it left.
+    let second = r
+        .reuse_worktree(
+            &run,
+            AttemptId::new(2, 1),
+            &head,
+            &attempts.path().join("s2a1"),
+            &parked,
+        )
+        .unwrap();
+    assert!(!parked.exists());
+    assert_exactly(
+        &r,
+        &second,
+        &head,
+        "a rejected session's tree, back at the base",
+    );
+    r.commit_worktree(&second, "s2a1: nothing").unwrap();
+    r.park_worktree(&second, &parked).unwrap();
+
+    // Merged: from the candidate (as if it were the run branch's head).
+    let third = r
+        .reuse_worktree(
+            &run,
+            AttemptId::new(3, 1),
+            &candidate,
+            &attempts.path().join("s3a1"),
+            &parked,
+        )
+        .unwrap();
+    assert_exactly(&r, &third, &candidate, "forward to the merged tree");
+    r.commit_worktree(&third, "s3a1: nothing").unwrap();
+    r.park_worktree(&third, &parked).unwrap();
+
+    // Whatever touches the parked tree afterwards (a process of the attempt that outlived
+    // it): a tracked file rewritten to the same size and dated back, a fifo, a link out of
+    // the tree where a tracked directory was, an unreadable directory.
+    let same = parked.join("same.txt");
+    let mtime = std::fs::metadata(&same).unwrap().modified().unwrap();
+    std::fs::write(&same, "9876543210\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&same)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    assert!(
+        Command::new("mkfifo")
+            .arg(parked.join("pipe"))
+            .status()
+            .unwrap()
+            .success()
+    );
+    std::fs::remove_dir_all(parked.join("src/new")).unwrap();
+    std::os::unix::fs::symlink(home.path(), parked.join("src/new")).unwrap();
+    write(&parked, "locked/inside.txt", "hidden\n");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            parked.join("locked"),
+            std::fs::Permissions::from_mode(0o000),
+        )
+        .unwrap();
+    }
+    let fourth = r
+        .reuse_worktree(
+            &run,
+            AttemptId::new(4, 1),
+            &candidate,
+            &attempts.path().join("s4a1"),
+            &parked,
+        )
+        .unwrap();
+    assert_exactly(
+        &r,
+        &fourth,
+        &candidate,
+        "a tree touched after it was parked",
+    );
+    assert!(
+        home.path().join("src").symlink_metadata().is_err(),
+        "nothing written through the link"
+    );
+    r.remove_worktree(&fourth).unwrap();
+    assert!(!fourth.dir.exists() && !fourth.index().exists());
+}
+
 /// A contract of three shell-checked features, `tests/` protected.
 const CONTRACT: &str = r#"{"version": 1, "test_command": "sh tests/all.sh",
   "protected": ["tests/"],

@@ -39,7 +39,20 @@ async fn kill_9_while_hanging_then_resume(initializer: bool) -> (ScriptedServer,
     wait_for(RECOVERY, "the session to wait on the model", || {
         hanging.load(Ordering::SeqCst)
     });
+    let attempts = m.data(&run).join("attempts");
+    assert!(
+        !processes_naming(&attempts).is_empty(),
+        "the session's agent runs"
+    );
     kill_9(&mut child);
+    // The killed worker's agent dies with it (its stdout's reader is gone: `anvil -p` cancels
+    // its turn): it neither calls the model again nor writes into the attempt's worktree
+    // while the next attempt runs.
+    wait_for(
+        Duration::from_secs(10),
+        "the dead worker's agent to die",
+        || processes_naming(&attempts).is_empty(),
+    );
     let out = m.anvil(&["resume", &run]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     (server, m, run)

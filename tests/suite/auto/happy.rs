@@ -131,6 +131,9 @@ async fn two_runs_in_one_repository_keep_apart_and_both_complete() {
             );
         }
         assert!(!m.data(run).join("attempts").join("s1a1").exists());
+        // The tree parked between sessions goes with the run's end.
+        assert!(!m.data(run).join("attempts").join("parked").exists());
+        assert!(!m.data(run).join("attempts").join("parked.index").exists());
     }
     // Each run's contract is its own spec's.
     assert!(!m.show(&a, "features.json").contains("G001"));

@@ -596,6 +596,33 @@ pub fn kill_9(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// The pids of live processes whose command line names a path under `dir`.
+pub fn processes_naming(dir: &Path) -> Vec<i32> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(entry.path().join("stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(&needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// The report's sessions as (session, attempt, state).
 pub fn rows(report: &Value) -> Vec<(i64, i64, String)> {
     report["sessions"]
