@@ -989,7 +989,8 @@ impl Repo {
                 )?))
                 .ok_or_else(|| git.fail("hash-object printed no object id".into()))?;
                 let info = format!("100644,{blob},{path}");
-                git.run(&["update-index", "--add", "--cacheinfo", &info])?;
+                // `--replace`: a directory the session put at `path` goes.
+                git.run(&["update-index", "--add", "--replace", "--cacheinfo", &info])?;
             }
             TreeEdit::Restore { from, protected } => {
                 let listed = git.run(&["ls-files", "-z"])?;

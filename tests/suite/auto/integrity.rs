@@ -534,6 +534,47 @@ async fn a_worktree_git_cannot_commit_is_the_sessions_result_not_infrastructure(
     );
 }
 
+/// A session that replaces `features.json` by a directory is the session's own rejected
+/// edit, never an infrastructure failure: its work is verified and lands with the contract's
+/// file written back in place of the directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn features_json_replaced_by_a_directory_is_a_rejected_edit() {
+    let server = Script::new(Project::two())
+        .worker(|turn| {
+            let Some(id) = turn.first_failing() else {
+                return honest(turn);
+            };
+            if turn.n > 1 {
+                return honest(turn);
+            }
+            vec![
+                implement(&id),
+                bash(
+                    "dir",
+                    "rm features.json && mkdir features.json && echo '{}' > features.json/x",
+                ),
+            ]
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(report["state"], "complete", "{report:#}");
+    assert_eq!(
+        rows(&report),
+        expect_rows(&[(0, 1, "accepted"), (1, 1, "merged"), (2, 1, "merged")]),
+        "{report:#}"
+    );
+    assert!(
+        flags(&report, 1, 1).contains(&"rejected_edit".to_string()),
+        "{report:#}"
+    );
+    let landed = m.git_out(&["ls-tree", "-r", "--name-only", &format!("auto/{run}")]);
+    assert!(landed.lines().any(|l| l == "features.json"), "{landed}");
+    assert!(!landed.contains("features.json/"), "{landed}");
+}
+
 const MANIFEST: &str = "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n";
 
 /// A worker that points the test target at a test of its own (`autotests = false` and a
