@@ -274,15 +274,20 @@ impl Contract {
         self
     }
 
-    /// The protected files the verify commands name that do not exist: every path-like word
+    /// The scripts the verify commands name that make a check unsound: every path-like word
     /// of a command (one with a `/`, or ending `.sh`, `.py`, `.bash`, `.js`, `.rb`, `.pl`),
     /// read plainly (quotes stripped; words with `$`, backquotes, globs or redirections are
-    /// left alone), under the protected paths, missing from the tree (`exists`). No session
-    /// may write a protected file, so such a check fails before the work for that reason
-    /// alone and can never pass. (A path outside the protected paths is the session's to
-    /// write — the program under check, or a check script the initializer chose not to
-    /// protect, which is the contract's weakness, not something this can tell apart.) As
-    /// `(id, why)`.
+    /// left alone), that is
+    /// - under the protected paths and missing from the tree (`exists`): no session may
+    ///   write a protected file, so the check fails before the work for that reason alone
+    ///   and can never pass;
+    /// - a check script by its name (a `test`, `tests`, `check`, `checks`, `verify` or
+    ///   `spec` directory on its path, or a name starting `test_`, `check_`, `verify_` or
+    ///   ending `_test` before its extension) that exists but is not protected: any session
+    ///   could rewrite the check it is judged by.
+    ///
+    /// (Any other path outside the protected paths is the program under check, the
+    /// sessions' to write.) As `(id, why)`.
     pub fn script_problems(
         &self,
         protected: &ProtectedPaths,
@@ -312,6 +317,13 @@ impl Contract {
                         f.id.clone(),
                         format!(
                             "it runs {word}, which is protected and does not exist: no session may write it (write it with the contract)"
+                        ),
+                    ));
+                } else if !protected.covers(rel) && is_check_script(rel) && exists(rel) {
+                    out.push((
+                        f.id.clone(),
+                        format!(
+                            "it runs the check script {word}, which `protected` does not cover: any session could rewrite it (add it to `protected`)"
                         ),
                     ));
                 }
@@ -591,6 +603,19 @@ pub fn restore(
     let mut text = serde_json::to_string_pretty(&file)?;
     text.push('\n');
     Ok(text)
+}
+
+/// Whether `rel` is a check script by its name (see [`Contract::script_problems`]).
+fn is_check_script(rel: &str) -> bool {
+    const DIRS: &[&str] = &["test", "tests", "check", "checks", "verify", "spec"];
+    let mut parts: Vec<&str> = rel.split('/').collect();
+    let name = parts.pop().unwrap_or_default();
+    let stem = name.rsplit_once('.').map_or(name, |(stem, _)| stem);
+    parts.iter().any(|d| DIRS.contains(d))
+        || ["test_", "check_", "verify_"]
+            .iter()
+            .any(|p| stem.starts_with(p))
+        || stem.ends_with("_test")
 }
 
 #[cfg(test)]

@@ -475,6 +475,21 @@ fn a_protected_script_a_check_runs_must_exist() {
         "{problems:?}"
     );
     assert_eq!(c.script_problems(&protected, |_| true), vec![]);
+    // A check script that exists outside the protected paths: any session could rewrite it.
+    c.features[0].verify.cmd = "python3 checks/f1.py && sh verify_add.sh && ./calc.py 2".into();
+    c.features[1].verify.cmd = "python3 calc.py 2 3 && python3 cli/add_test.py".into();
+    let problems = c.script_problems(&protected, |_| true);
+    let named: Vec<&str> = problems
+        .iter()
+        .filter(|(_, why)| why.contains("`protected` does not cover"))
+        .map(|(id, _)| id.as_str())
+        .collect();
+    assert_eq!(named, ["F001", "F001", "F002"], "{problems:?}");
+    assert!(problems[0].1.contains("checks/f1.py"), "{problems:?}");
+    assert!(problems[1].1.contains("verify_add.sh"), "{problems:?}");
+    assert!(problems[2].1.contains("cli/add_test.py"), "{problems:?}");
+    // Not written yet: the program the sessions are to write, whatever its name.
+    assert_eq!(c.script_problems(&protected, |_| false), vec![]);
     // A dotted module name or a plain word is no path.
     assert_eq!(contract().script_problems(&protected, |_| false), vec![]);
 }
