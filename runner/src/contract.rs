@@ -32,6 +32,11 @@ pub struct TrialConfig {
     /// path (an existing file is refused, never appended to). `None`: no session is kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_path: Option<PathBuf>,
+    /// Host paths the sandbox shows read-only besides the workspace, the system directories
+    /// and the toolchains: an `anvil auto` session's worktree borrows the user's git objects
+    /// (`objects/info/alternates`), so git inside it works. Empty for eval trials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readable: Vec<PathBuf>,
 }
 
 /// A [`TrialConfig`] file that could not be written or read.
@@ -354,6 +359,7 @@ mod tests {
             model,
             hidden: vec!["/tasks/t1".into(), "/tmp/anvil-trials".into()],
             session_path: Some("/data/anvil/sweeps/s/t1/sonnet/0.jsonl".into()),
+            readable: vec!["/home/u/project/.git/objects".into()],
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(TrialConfig::FILE_NAME);

@@ -59,6 +59,8 @@ pub struct AgentSpec<'a> {
     /// Where the config file is written (outside the worktree).
     pub config_path: &'a Path,
     pub hidden: Vec<PathBuf>,
+    /// The user's git objects the worktree borrows, shown read-only.
+    pub readable: Vec<PathBuf>,
     pub transcript: &'a Path,
     pub prompt: &'a str,
     pub max_steps: u32,
@@ -74,6 +76,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
         workspace: spec.worktree,
         config_path: spec.config_path,
         hidden: spec.hidden.clone(),
+        readable: spec.readable.clone(),
         transcript: spec.transcript,
         prompt: spec.prompt,
         permission_mode: "bypass",

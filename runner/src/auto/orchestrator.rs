@@ -773,6 +773,8 @@ impl Orchestrator {
             worktree,
             config_path: &config_path,
             hidden,
+            // Git inside the worktree reads the commits it borrows (never writes them).
+            readable: vec![ctx.repo.git_dir().join("objects")],
             transcript,
             prompt,
             max_steps: ctx.run.max_steps.clamp(1, i64::from(u32::MAX)) as u32,

@@ -295,7 +295,8 @@ fn trial_sandbox(sandbox: Sandbox, trial: Option<&TrialConfig>) -> Sandbox {
     match trial {
         Some(trial) => {
             let home = std::env::var_os("HOME").map(PathBuf::from);
-            let view = Confined::for_host(home.as_deref(), std::env::var_os("PATH").as_deref());
+            let mut view = Confined::for_host(home.as_deref(), std::env::var_os("PATH").as_deref());
+            view.read_only.extend(trial.readable.iter().cloned());
             sandbox
                 .with_view(View::Confined(view))
                 .with_hidden(trial.hidden.clone())

@@ -31,6 +31,8 @@ pub struct ChildSpec<'a> {
     pub config_path: &'a Path,
     /// What its sandbox hides.
     pub hidden: Vec<PathBuf>,
+    /// What its sandbox shows read-only besides the usual ([`TrialConfig::readable`]).
+    pub readable: Vec<PathBuf>,
     /// Where it keeps its session (its transcript).
     pub transcript: &'a Path,
     pub prompt: &'a str,
@@ -111,6 +113,7 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
     TrialConfig {
         model: spec.model.clone(),
         hidden: spec.hidden.clone(),
+        readable: spec.readable.clone(),
         session_path: Some(spec.transcript.to_path_buf()),
     }
     .write(spec.config_path)?;

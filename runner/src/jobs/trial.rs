@@ -555,6 +555,7 @@ impl AgentTrials {
             workspace,
             config_path: &config_path,
             hidden,
+            readable: Vec::new(),
             transcript,
             prompt: &task.spec.prompt,
             permission_mode: task.spec.permission_mode.name(),

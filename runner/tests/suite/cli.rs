@@ -235,6 +235,7 @@ async fn a_pinned_config_is_the_whole_truth() {
         model,
         hidden: vec![trial_dir.clone()],
         session_path: Some(transcript.clone()),
+        readable: Vec::new(),
     }
     .write(&config_path)
     .unwrap();

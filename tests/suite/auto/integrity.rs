@@ -575,6 +575,35 @@ async fn features_json_replaced_by_a_directory_is_a_rejected_edit() {
     assert!(!landed.contains("features.json/"), "{landed}");
 }
 
+/// Git works inside the attempt's worktree (its commits are the user's objects, shown
+/// read-only), and the agent cannot write those objects or anything else of the checkout.
+#[tokio::test(flavor = "multi_thread")]
+async fn git_works_in_the_worktree_and_the_users_objects_stay_read_only() {
+    let server = cheating_first(
+        Project::two(),
+        vec![bash(
+            "git",
+            "git log --oneline -3 > gitlog.txt 2>&1; \
+             objects=$(sed -n 1p .git/objects/info/alternates); \
+             (touch \"$objects/planted\" && echo wrote-objects || echo objects-read-only) >> gitlog.txt 2>&1; \
+             (touch \"$objects/../planted\" && echo wrote-beside || echo beside-read-only) >> gitlog.txt 2>&1",
+        )],
+    )
+    .serve()
+    .await;
+    let m = Machine::new(&server, None);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(report["state"], "complete", "{report:#}");
+    let seen = m.show(&run, "gitlog.txt");
+    assert!(seen.contains("auto(s0): accept the contract"), "{seen}");
+    assert!(seen.contains("objects-read-only"), "{seen}");
+    // Around the objects the sandbox has only empty directories of its own: a write there
+    // (if it is allowed at all) never reaches the checkout.
+    assert!(!m.repo.join(".git/objects/planted").exists());
+    assert!(!m.repo.join(".git/planted").exists());
+}
+
 const MANIFEST: &str = "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n";
 
 /// A worker that points the test target at a test of its own (`autotests = false` and a
