@@ -602,8 +602,10 @@ impl Orchestrator {
             let run = ctx.id.clone();
             let base = base.clone();
             let dir = ctx.dirs.attempt(id);
-            let parked = ctx.dirs.parked();
-            blocking(move || repo.reuse_worktree(&run, id, &base, &dir, &parked)).await?
+            // A fresh checkout: reusing the parked tree (`reuse_worktree`) is off until it is
+            // exact — a review found a session's files rewritten to the same blob under its own
+            // `.gitattributes`, and its mode bits and xattrs, surviving into the next attempt.
+            blocking(move || repo.add_worktree(&run, id, &base, &dir)).await?
         };
         let transcript = ctx.dirs.transcript(id);
         self.update(
