@@ -13,5 +13,6 @@ pub mod fixtures;
 pub mod home;
 pub mod model_server;
 pub mod poll;
+pub mod procs;
 pub mod raw_server;
 pub mod sweep;

@@ -249,24 +249,7 @@ async fn credentials_are_not_in_the_environment() {
 }
 
 fn marked_alive(marker: &str) -> bool {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .any(|e| {
-            let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
-                return false;
-            };
-            let zombie = std::fs::read_to_string(e.path().join("stat"))
-                .map(|s| {
-                    s.rsplit(')')
-                        .next()
-                        .unwrap_or("")
-                        .trim_start()
-                        .starts_with('Z')
-                })
-                .unwrap_or(true);
-            String::from_utf8_lossy(&cmdline).contains(marker) && !zombie
-        })
+    !anvil_test_support::procs::naming(marker).is_empty()
 }
 
 #[tokio::test]

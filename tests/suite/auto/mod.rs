@@ -598,29 +598,7 @@ pub fn kill_9(child: &mut Child) {
 
 /// The pids of live processes whose command line names a path under `dir`.
 pub fn processes_naming(dir: &Path) -> Vec<i32> {
-    let needle = dir.to_string_lossy().into_owned();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let zombie = std::fs::read_to_string(entry.path().join("stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true);
-        if !zombie && String::from_utf8_lossy(&cmdline).contains(&needle) {
-            pids.push(pid);
-        }
-    }
-    pids
+    anvil_test_support::procs::naming(&dir.to_string_lossy())
 }
 
 /// The report's sessions as (session, attempt, state).
@@ -713,21 +691,5 @@ pub fn exists(path: &Path) -> bool {
 
 /// The pids of the processes whose command line holds every one of `parts`.
 fn pids_running(parts: &[&str]) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = cmdline
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        if parts.iter().all(|p| args.iter().any(|a| a == p)) {
-            pids.push(pid);
-        }
-    }
-    pids
+    anvil_test_support::procs::running(parts)
 }
