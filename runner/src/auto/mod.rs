@@ -71,11 +71,11 @@
 //!
 //! A worker session, step by step:
 //! 1. Admission: [`run_state::Ledger::next`] with the session's reserved cost estimate.
-//! 2. Worktree: [`git::Repo::reuse_worktree`] from the run branch's head (the last validated
+//! 2. Worktree: [`git::Repo::add_worktree`] from the run branch's head (the last validated
 //!    commit) into `<data>/anvil/auto/<run>/attempts/s<N>a<k>/`, outside the checkout, a
 //!    repository of its own borrowing the user's objects (see [`git`] for why not
-//!    `git worktree add`): the previous attempt's parked tree brought to exactly that commit
-//!    (only differing files written, everything else removed), or a fresh checkout.
+//!    `git worktree add`). ([`git::Repo::reuse_worktree`], from the previous attempt's parked
+//!    tree, is not used yet: it does not yet reset modes, xattrs and attribute conversions.)
 //! 3. The agent: `anvil -p` headless in the worktree, sandboxed (worktree writable; the
 //!    user's `.git/objects` readable, nothing else of the user's repository), with step and
 //!    wall-clock caps and a session transcript. Its first request carries a harness-written
