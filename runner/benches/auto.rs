@@ -105,6 +105,7 @@ fn main() {
     let mut sessions = Vec::new();
     let mut base = head.clone();
     let parked = root.path().join("attempts/parked");
+    let mut untouched = None;
     for session in 1..=SESSIONS {
         let dir = root.path().join(format!("attempts/s{session}a1"));
         let started = Instant::now();
@@ -114,6 +115,18 @@ fn main() {
         // The agent's time, not timed: at least a second, so the files it writes are not
         // "racily clean" against the index git wrote at checkout (git re-reads those).
         let checked_out = started.elapsed();
+        // Reused, not checked out afresh: a file no session touches keeps its inode.
+        let inode = std::os::unix::fs::MetadataExt::ino(
+            &std::fs::metadata(wt.dir.join("src/mod10/file10.rs")).unwrap(),
+        );
+        if session > 1 {
+            assert_eq!(
+                Some(inode),
+                untouched,
+                "session {session} did not reuse the tree"
+            );
+        }
+        untouched = Some(inode);
         std::thread::sleep(Duration::from_millis(1100));
         let resumed = Instant::now();
         // What the model would have done: one source file changed, a progress note.

@@ -32,14 +32,22 @@
 //! cannot write: the checkout writes it, [`Repo::commit_worktree`] reads the files through it
 //! (its stat data — all of it, ctime included, whatever the repository's config says — spares
 //! hashing the files the agent did not touch; a file changed and dated back still has a new
-//! ctime). An attempt that ended is **parked** ([`Repo::park_worktree`]) with its index, and
-//! the next attempt's [`Repo::reuse_worktree`] brings that tree to its base: a fresh
-//! repository of its own, `read-tree -u --reset` (which rewrites every file whose stat is not
-//! the index's), then everything that is not a tracked path removed — ignored build output,
-//! nested repositories, fifos. Any doubt (a changed file left, a directory that cannot be read)
-//! and the tree is thrown away for a fresh checkout. Only an attempt whose agent has ended is
-//! parked; a dead attempt's worktree is saved as a patch and removed, so a process outliving
-//! its attempt never writes into the next one's tree.
+//! ctime).
+//!
+//! **Reuse.** Beside the harness index a checkout leaves a copy of the index it wrote
+//! (`s<N>a<k>.checkout-index`) and, last, its stamp ([`scrub`]). An attempt that ended is
+//! **parked** ([`Repo::park_worktree`]) with those two, and the next attempt's
+//! [`Repo::reuse_worktree`] brings that tree to its base: [`scrub::scrub`] first removes
+//! everything changed since the checkout by ctime — so nothing a session did that git cannot
+//! see (a rewrite that cleans to the same blob under its own `.gitattributes`, a mode git does
+//! not track, an xattr, a directory's mode) survives — then a fresh repository of its own,
+//! `read-tree -u --reset` from the checkout's index (which writes the missing and the
+//! changed), then everything that is not a tracked path removed. Any doubt (a stamp of
+//! another umask or user, a changed file left, a `.gitattributes` written or removed — the
+//! files kept were converted under the old ones — a directory that cannot be read) and the
+//! tree is thrown away for a fresh checkout. Only an attempt whose agent has ended is parked;
+//! a dead attempt's worktree is saved as a patch and removed, so a process outliving its
+//! attempt never writes into the next one's tree.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -49,6 +57,7 @@ use anvil_grader::protect::ProtectedPaths;
 
 use crate::auto::ids::{AttemptId, RunId};
 use crate::auto::run_state::SessionKind;
+use crate::auto::scrub;
 
 pub const AUTHOR_NAME: &str = "anvil auto";
 pub const AUTHOR_EMAIL: &str = "anvil-auto@localhost";
@@ -631,7 +640,10 @@ impl Repo {
             Some(parked) if unpark(parked, &dir, &index)? => {
                 match self.refresh(&dir, &index, &branch, base) {
                     Ok(true) => true,
-                    Ok(false) => false,
+                    Ok(false) => {
+                        tracing::debug!("a parked worktree is not reused: it is not certain");
+                        false
+                    }
                     Err(e) => {
                         tracing::debug!("a parked worktree is not reused: {e}");
                         false
@@ -651,9 +663,14 @@ impl Repo {
                 .index(&index)
                 .run(&["read-tree", "-u", "--reset", base.as_str()])?;
         }
-        // The agent's own repository gets the same index, so its `git status` is clean.
+        // The agent's own repository gets the same index, so its `git status` is clean; the
+        // checkout's index is kept for the next attempt's reuse, and the stamp written last.
         let copy = own.join("index");
         std::fs::copy(&index, &copy).map_err(io("cannot write", &copy))?;
+        let checkout = checkout_index_beside(&dir);
+        std::fs::copy(&index, &checkout).map_err(io("cannot write", &checkout))?;
+        let stamp = scrub::stamp_beside(&dir);
+        scrub::write_stamp(&dir).map_err(io("cannot write", &stamp))?;
         Ok(Worktree {
             dir,
             run: run.clone(),
@@ -704,10 +721,11 @@ impl Repo {
         Ok(())
     }
 
-    /// Brings an unparked tree in `dir`, whose harness index `index` holds the files as they
-    /// were parked, to exactly `base`: a fresh repository of its own, `read-tree -u --reset`
-    /// (only the files that differ are written), then nothing but `base`'s files. `false`
-    /// when that cannot be made certain (then the caller checks out afresh).
+    /// Brings an unparked tree in `dir`, whose index `index` is the one its checkout wrote,
+    /// to exactly `base`: everything changed since that checkout removed ([`scrub::scrub`]),
+    /// a fresh repository of its own, `read-tree -u --reset` (only the files that differ or
+    /// are missing are written), then nothing but `base`'s files. `false` when that cannot be
+    /// made certain (then the caller checks out afresh).
     fn refresh(
         &self,
         dir: &Path,
@@ -715,6 +733,12 @@ impl Repo {
         branch: &str,
         base: &Oid,
     ) -> Result<bool, GitError> {
+        let spare = spare_beside(dir);
+        let scrubbed = scrub::scrub(dir, &spare);
+        remove_all(&spare)?;
+        let Some(scrubbed) = scrubbed.map_err(io("cannot scrub", dir))? else {
+            return Ok(false);
+        };
         self.init_own(dir, branch, base)?;
         let own = dir.join(".git");
         let git = Git::new(&own, "worktree refresh")
@@ -736,6 +760,11 @@ impl Repo {
                 }
                 _ => return Ok(false),
             }
+        }
+        // The files that stayed were converted under the `.gitattributes` that stayed: if
+        // `read-tree` wrote or removed one, a fresh checkout would convert them otherwise.
+        if !scrubbed.keeps_attributes(dir, tracked.iter().copied()) {
+            return Ok(false);
         }
         let mut parents: std::collections::HashSet<&[u8]> = std::collections::HashSet::new();
         for path in &tracked {
@@ -1055,29 +1084,43 @@ impl Repo {
     pub fn remove_worktree(&self, wt: &Worktree) -> Result<(), GitError> {
         remove_all(&wt.dir)?;
         remove_file(&wt.index())?;
+        remove_file(&checkout_index_beside(&wt.dir))?;
+        remove_file(&scrub::stamp_beside(&wt.dir))?;
         self.remove_work_branch(wt)
     }
 
     /// Parks the worktree of an attempt that ended (its agent's processes gone) at `parked`,
-    /// with its harness index, for [`Repo::reuse_worktree`] of the next attempt; what was
-    /// parked there before is removed, and so is the attempt's branch. Without a harness
-    /// index (the attempt's files were never snapshotted) the worktree is removed instead.
+    /// with the index its checkout wrote and its stamp, for [`Repo::reuse_worktree`] of the
+    /// next attempt; what was parked there before is removed, and so are the attempt's branch
+    /// and its harness index (a snapshot's, read under the session's `.gitattributes`).
+    /// Without the checkout's index and stamp the worktree is removed instead.
     pub fn park_worktree(&self, wt: &Worktree, parked: &Path) -> Result<(), GitError> {
         self.remove_work_branch(wt)?;
-        let parked_index = index_beside(parked);
-        remove_all(parked)?;
-        remove_file(&parked_index)?;
-        let index = wt.index();
-        if !index.is_file() {
+        discard_parked(parked)?;
+        remove_file(&wt.index())?;
+        let checkout = checkout_index_beside(&wt.dir);
+        let stamp = scrub::stamp_beside(&wt.dir);
+        if !checkout.is_file() || !stamp.is_file() {
+            remove_file(&checkout)?;
+            remove_file(&stamp)?;
             return remove_all(&wt.dir);
         }
         if let Some(up) = parked.parent() {
             std::fs::create_dir_all(up).map_err(io("cannot create", up))?;
         }
-        std::fs::rename(&wt.dir, parked).map_err(io("cannot park", &wt.dir))?;
-        if let Err(e) = std::fs::rename(&index, &parked_index) {
-            remove_all(parked)?;
-            return Err(io("cannot park", &index)(e));
+        let moves = [
+            (wt.dir.clone(), parked.to_path_buf()),
+            (checkout, index_beside(parked)),
+            (stamp, scrub::stamp_beside(parked)),
+        ];
+        for (from, to) in &moves {
+            if let Err(e) = std::fs::rename(from, to) {
+                discard_parked(parked)?;
+                for (from, _) in &moves {
+                    remove_all(from)?;
+                }
+                return Err(io("cannot park", from)(e));
+            }
         }
         Ok(())
     }
@@ -1095,28 +1138,49 @@ impl Repo {
 /// The harness's index of the worktree at `dir`: beside it, so outside what the agent can
 /// write.
 fn index_beside(dir: &Path) -> PathBuf {
+    beside(dir, ".index")
+}
+
+/// The index the checkout of the worktree at `dir` wrote, kept beside it for the next
+/// attempt's reuse (the harness index moves on with each snapshot).
+fn checkout_index_beside(dir: &Path) -> PathBuf {
+    beside(dir, ".checkout-index")
+}
+
+/// Where the scrub of the worktree at `dir` makes new directories.
+fn spare_beside(dir: &Path) -> PathBuf {
+    beside(dir, ".spare")
+}
+
+fn beside(dir: &Path, suffix: &str) -> PathBuf {
     let mut name = dir.as_os_str().to_owned();
-    name.push(".index");
+    name.push(suffix);
     PathBuf::from(name)
 }
 
 /// Removes a parked tree and its index (the run ended).
 pub fn discard_parked(parked: &Path) -> Result<(), GitError> {
     remove_all(parked)?;
-    remove_file(&index_beside(parked))
+    remove_file(&index_beside(parked))?;
+    remove_file(&scrub::stamp_beside(parked))
 }
 
-/// Moves a parked tree and its index to `dir` and `index`; `false` when nothing usable is
-/// parked (no directory — a link is not one — or no index).
+/// Moves a parked tree, its checkout's index and its stamp to `dir`, `index` and `dir`'s
+/// stamp; `false` when nothing usable is parked (no directory — a link is not one — no
+/// index or no stamp).
 fn unpark(parked: &Path, dir: &Path, index: &Path) -> Result<bool, GitError> {
     let parked_index = index_beside(parked);
+    let parked_stamp = scrub::stamp_beside(parked);
     let usable = parked.symlink_metadata().is_ok_and(|m| m.is_dir())
-        && parked_index.symlink_metadata().is_ok_and(|m| m.is_file());
+        && parked_index.symlink_metadata().is_ok_and(|m| m.is_file())
+        && parked_stamp.symlink_metadata().is_ok_and(|m| m.is_file());
     if !usable {
         return Ok(false);
     }
+    let stamp = scrub::stamp_beside(dir);
     std::fs::rename(parked, dir).map_err(io("cannot unpark", parked))?;
     std::fs::rename(&parked_index, index).map_err(io("cannot unpark", &parked_index))?;
+    std::fs::rename(&parked_stamp, &stamp).map_err(io("cannot unpark", &parked_stamp))?;
     Ok(true)
 }
 
@@ -1217,24 +1281,5 @@ fn resolve_new(dir: &Path) -> Result<PathBuf, GitError> {
 
 /// `rm -rf`, also through directories the agent made unwritable.
 fn remove_all(dir: &Path) -> Result<(), GitError> {
-    use std::os::unix::fs::PermissionsExt;
-    if dir.symlink_metadata().is_err() {
-        return Ok(());
-    }
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return Ok(());
-    }
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(meta) = d.symlink_metadata() else {
-            continue;
-        };
-        if meta.is_dir() {
-            let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-            if let Ok(entries) = std::fs::read_dir(&d) {
-                stack.extend(entries.flatten().map(|e| e.path()));
-            }
-        }
-    }
-    std::fs::remove_dir_all(dir).map_err(io("cannot remove", dir))
+    scrub::remove_all(dir).map_err(io("cannot remove", dir))
 }

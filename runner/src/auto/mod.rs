@@ -20,6 +20,8 @@
 //! - [`git`] *(built)*: the run branch, attempt worktrees, candidate commits, the idempotent
 //!   compare-and-swap merge, dead attempts' patches — all through the git CLI with a scrubbed
 //!   environment; the user's checkout, index, HEAD, stash and reflog are never touched.
+//! - [`scrub`] *(built)*: a parked worktree brought back to exactly what its checkout wrote
+//!   (by ctime against the checkout's stamp), so the next attempt can reuse it.
 //! - [`verify`] *(built)*: a feature's `verify.cmd` at a commit, in the grader's protected
 //!   grading environment ([`anvil_grader::command`]) with the protected paths laid over from
 //!   the accepted commit.
@@ -71,11 +73,11 @@
 //!
 //! A worker session, step by step:
 //! 1. Admission: [`run_state::Ledger::next`] with the session's reserved cost estimate.
-//! 2. Worktree: [`git::Repo::add_worktree`] from the run branch's head (the last validated
+//! 2. Worktree: [`git::Repo::reuse_worktree`] from the run branch's head (the last validated
 //!    commit) into `<data>/anvil/auto/<run>/attempts/s<N>a<k>/`, outside the checkout, a
 //!    repository of its own borrowing the user's objects (see [`git`] for why not
-//!    `git worktree add`). ([`git::Repo::reuse_worktree`], from the previous attempt's parked
-//!    tree, is not used yet: it does not yet reset modes, xattrs and attribute conversions.)
+//!    `git worktree add`): the previous attempt's parked tree with everything changed since
+//!    its checkout removed ([`scrub`]) and only what differs written, or a fresh checkout.
 //! 3. The agent: `anvil -p` headless in the worktree, sandboxed (worktree writable; the
 //!    user's `.git/objects` readable, nothing else of the user's repository), with step and
 //!    wall-clock caps and a session transcript. Its first request carries a harness-written
@@ -215,6 +217,9 @@ pub mod prompts;
 pub mod record;
 /// The run's ledger, the next-session decision and the terminal states (sans-IO).
 pub mod run_state;
+/// A parked worktree brought back to what its checkout wrote: everything changed since,
+/// by ctime against the checkout's stamp, removed.
+pub mod scrub;
 /// Runs, session attempts and events in the queue database.
 pub mod store;
 /// One session's verdict from its check results (sans-IO).

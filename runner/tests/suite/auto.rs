@@ -679,6 +679,208 @@ fn a_parked_worktree_starts_the_next_attempt_from_exactly_its_base() {
     assert!(!fourth.dir.exists() && !fourth.index().exists());
 }
 
+/// Everything of the tree at `dir` but its `.git` that a process could read: per path its
+/// kind, mode bits (all twelve), owner, bytes or link target, and xattrs — one line each.
+fn fingerprint(dir: &Path) -> String {
+    const SCRIPT: &str = r#"
+import hashlib, os, stat, sys
+root = sys.argv[1]
+for top, dirs, files in os.walk(root):
+    if top == root and '.git' in dirs:
+        dirs.remove('.git')
+    dirs.sort()
+    for name in sorted(dirs + files):
+        path = os.path.join(top, name)
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode):
+            body = 'link ' + os.readlink(path)
+        elif stat.S_ISREG(st.st_mode):
+            body = 'file ' + hashlib.sha256(open(path, 'rb').read()).hexdigest()[:16]
+        elif stat.S_ISDIR(st.st_mode):
+            body = 'dir'
+        else:
+            body = 'other'
+        try:
+            attrs = sorted(os.listxattr(path, follow_symlinks=False))
+        except OSError:
+            attrs = ['?']
+        print(os.path.relpath(path, root), oct(stat.S_IMODE(st.st_mode)), st.st_uid, st.st_gid, body, attrs)
+"#;
+    let out = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Sets the xattr `user.note` on `path`; `false` where the filesystem takes none.
+fn set_xattr(path: &Path) -> bool {
+    Command::new("python3")
+        .args([
+            "-c",
+            "import os, sys; os.setxattr(sys.argv[1], 'user.note', b'for the next attempt', follow_symlinks=False)",
+        ])
+        .arg(path)
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A session's changes that git cannot see (below); whether the xattrs took.
+fn attack(dir: &Path) -> bool {
+    write(
+        dir,
+        ".gitattributes",
+        "crlf.txt text\nutf16.txt text working-tree-encoding=UTF-16\nident.txt ident\n",
+    );
+    std::fs::write(dir.join("crlf.txt"), "line one\r\nline two\r\n").unwrap();
+    let mut utf16 = vec![0xff, 0xfe];
+    utf16.extend("plain text\n".encode_utf16().flat_map(u16::to_le_bytes));
+    std::fs::write(dir.join("utf16.txt"), utf16).unwrap();
+    std::fs::write(dir.join("ident.txt"), "version $Id: a payload $\n").unwrap();
+    chmod(&dir.join("mode.txt"), 0o600);
+    chmod(&dir.join("src"), 0o700);
+    chmod(&dir.join("src/deep"), 0o2775);
+    set_xattr(&dir.join("src/deep/x.rs")) && set_xattr(&dir.join("src/deep"))
+}
+
+/// What the adversarial review found surviving a parked tree's reuse, each attack of it: a
+/// session's `.gitattributes` under which its rewrites of tracked files (CRLF, UTF-16, an
+/// expanded `$Id$`) clean to the base's blobs, so git sees no change; mode bits git does not
+/// track, a directory's mode and setgid bit, xattrs on a file and a directory. The next
+/// attempt's tree, from the same base (the session was not merged) and from the session's
+/// candidate (it was), is exactly a fresh checkout's: the same bytes, modes, owners and
+/// xattrs, path for path — and the tree is still reused where it can be (an untouched file
+/// keeps its inode).
+#[test]
+fn a_parked_worktree_keeps_nothing_of_a_session_that_git_cannot_see() {
+    use std::os::unix::fs::MetadataExt;
+    let home = Home::new();
+    let repo = home.git_repo(
+        "repo",
+        &[
+            ("crlf.txt", "line one\nline two\n"),
+            ("utf16.txt", "plain text\n"),
+            ("ident.txt", "version $Id$\n"),
+            ("mode.txt", "mode\n"),
+            ("src/deep/x.rs", "x\n"),
+            ("src/untouched.rs", "untouched\n"),
+        ],
+    );
+    let r = Repo::open(&repo).unwrap();
+    let head = r.resolve("HEAD").unwrap();
+    let run = RunId::new("r10").unwrap();
+    r.create_run_branch(&run, &head).unwrap();
+    let attempts = tempfile::tempdir().unwrap();
+    let parked = attempts.path().join("parked");
+    let first = r
+        .reuse_worktree(
+            &run,
+            AttemptId::new(1, 1),
+            &head,
+            &attempts.path().join("s1a1"),
+            &parked,
+        )
+        .unwrap();
+    let untouched = first.dir.join("src/untouched.rs");
+    let untouched_ino = untouched.metadata().unwrap().ino();
+
+    if !attack(&first.dir) {
+        eprintln!("SKIPPED the xattr attacks: this filesystem takes no user xattrs");
+    }
+    let candidate = r.commit_worktree(&first, "s1a1: candidate").unwrap();
+    // The attack works on git: only the attributes file is new in the candidate.
+    assert_eq!(
+        git_out(
+            &repo,
+            &["diff", "--name-only", head.as_str(), candidate.as_str()]
+        ),
+        ".gitattributes\n"
+    );
+    r.park_worktree(&first, &parked).unwrap();
+
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = |base: &Oid, n: u32| {
+        let wt = r
+            .add_worktree(
+                &run,
+                AttemptId::new(90 + n, 1),
+                base,
+                &fresh_dir.path().join(n.to_string()),
+            )
+            .unwrap();
+        let print = fingerprint(&wt.dir);
+        r.remove_worktree(&wt).unwrap();
+        print
+    };
+
+    // Not merged: back at the base.
+    let second = r
+        .reuse_worktree(
+            &run,
+            AttemptId::new(2, 1),
+            &head,
+            &attempts.path().join("s2a1"),
+            &parked,
+        )
+        .unwrap();
+    assert_eq!(
+        fingerprint(&second.dir),
+        fresh(&head, 1),
+        "the rejected session's tree, at its base"
+    );
+    assert_exactly(&r, &second, &head, "and git agrees");
+    assert_eq!(
+        second
+            .dir
+            .join("src/untouched.rs")
+            .metadata()
+            .unwrap()
+            .ino(),
+        untouched_ino,
+        "the tree was reused, not checked out afresh"
+    );
+
+    // The same session's work again, then merged: the next attempt starts from its candidate
+    // (a new `.gitattributes`: everything it converts must be as a checkout writes it).
+    attack(&second.dir);
+    let again = r.commit_worktree(&second, "s2a1: candidate").unwrap();
+    assert_eq!(again, {
+        // The same tree as the first candidate's, on another branch.
+        let tree = |c: &Oid| git_out(&repo, &["rev-parse", &format!("{c}^{{tree}}")]);
+        assert_eq!(tree(&again), tree(&candidate));
+        again.clone()
+    });
+    r.park_worktree(&second, &parked).unwrap();
+    let third = r
+        .reuse_worktree(
+            &run,
+            AttemptId::new(3, 1),
+            &candidate,
+            &attempts.path().join("s3a1"),
+            &parked,
+        )
+        .unwrap();
+    assert_eq!(
+        fingerprint(&third.dir),
+        fresh(&candidate, 2),
+        "forward to a tree with new attributes"
+    );
+    assert_exactly(&r, &third, &candidate, "and git agrees");
+    r.remove_worktree(&third).unwrap();
+}
+
 /// A contract of three shell-checked features, `tests/` protected.
 const CONTRACT: &str = r#"{"version": 1, "test_command": "sh tests/all.sh",
   "protected": ["tests/"],
