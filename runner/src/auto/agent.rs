@@ -67,6 +67,20 @@ pub struct AgentSpec<'a> {
     pub timeout: Duration,
 }
 
+/// What a session whose `anvil -p` never reported its cost (killed at its wall-clock cap, or
+/// its worker lost) cost, read from its transcript: the sum of the responses it recorded,
+/// when each had a price. A response cut off by the kill has no usage record and is not
+/// counted (the next session's admission reserves the dearest session's cost besides); no
+/// transcript at all is no request (the child writes it before its first). `None` when the
+/// transcript does not read or a recorded response had no price.
+pub fn transcript_cost(path: &Path) -> Option<f64> {
+    if !path.exists() {
+        return path.parent().is_some_and(Path::is_dir).then_some(0.0);
+    }
+    let loaded = anvil_agent::session::load(path).ok()?;
+    (loaded.state.cost.unpriced == 0).then_some(loaded.state.cost.usd)
+}
+
 /// Runs the agent to the end of its turn ([`child::run`], exactly as an eval trial's).
 pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<AgentRun, AgentError> {
     let child = ChildSpec {
@@ -85,15 +99,22 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
     };
     Ok(match child::run(&child, cancel).await? {
         // The wall-clock cap ends the session: counted, never success by itself.
-        ChildRun::TimedOut => AgentRun {
-            outcome: "session_timed_out".into(),
-            text: String::new(),
-            steps: 0,
-            cost_usd: None,
-            accounting: Accounting::Unknown,
-            error: None,
-            http_status: None,
-        },
+        ChildRun::TimedOut => {
+            let cost_usd = transcript_cost(spec.transcript);
+            AgentRun {
+                outcome: "session_timed_out".into(),
+                text: String::new(),
+                steps: 0,
+                cost_usd,
+                accounting: if cost_usd.is_some() {
+                    Accounting::Reported
+                } else {
+                    Accounting::Unknown
+                },
+                error: None,
+                http_status: None,
+            }
+        }
         ChildRun::Finished(result) => AgentRun {
             outcome: result.outcome.as_str().to_string(),
             text: result.text,

@@ -646,9 +646,14 @@ async fn export(
         .collect();
     let running = rows.iter().filter(|r| r.terminal().is_none()).count();
     let mut runs = Vec::new();
-    for row in rows {
-        let sessions = db.auto_sessions(&row.id).await?;
-        runs.push((row, sessions));
+    for run in rows {
+        let sessions = db.auto_sessions(&run.id).await?;
+        let events = db.auto_events(&run.id).await?;
+        runs.push(crate::auto::record::RunHistory {
+            run,
+            sessions,
+            events,
+        });
     }
     let records = crate::auto::record::records(&runs, sweep, crate::jobs::sweep::ANVIL_GIT_SHA);
     let mut text = String::new();

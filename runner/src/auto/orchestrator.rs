@@ -560,10 +560,20 @@ impl Orchestrator {
             }
             if was_dead {
                 self.save_leftovers(ctx, id, row.base.as_deref()).await;
+                let transcript = ctx.dirs.transcript(id);
+                let cost_usd = blocking(move || Ok(agent::transcript_cost(&transcript)))
+                    .await
+                    .ok()
+                    .flatten();
+                if let Some(usd) = cost_usd {
+                    self.db
+                        .auto_dead_cost(&ctx.run.id, ctx.session, id.attempt, usd)
+                        .await?;
+                }
                 events.push(NewEvent::ledger(&Event::InfraFailed {
                     reason: format!("lost worker: attempt {id} did not finish"),
                     persistent: false,
-                    cost_usd: None,
+                    cost_usd,
                 }));
             }
         }
@@ -602,10 +612,8 @@ impl Orchestrator {
             let run = ctx.id.clone();
             let base = base.clone();
             let dir = ctx.dirs.attempt(id);
-            // A fresh checkout: reusing the parked tree (`reuse_worktree`) is off until it is
-            // exact — a review found a session's files rewritten to the same blob under its own
-            // `.gitattributes`, and its mode bits and xattrs, surviving into the next attempt.
-            blocking(move || repo.add_worktree(&run, id, &base, &dir)).await?
+            let parked = ctx.dirs.parked();
+            blocking(move || repo.reuse_worktree(&run, id, &base, &dir, &parked)).await?
         };
         let transcript = ctx.dirs.transcript(id);
         self.update(
@@ -1189,6 +1197,13 @@ impl Orchestrator {
         })?;
         if let Some(reason) = refused {
             verdict.merge = verdict::Merge::Reject { reason };
+            // A check refused without running (the commit's tamper findings, a planted file
+            // it touches) says nothing about what the session broke: no regression of it.
+            verdict.regressions.retain(|id| {
+                checked
+                    .get(id)
+                    .is_some_and(|c| c.tamper.is_empty() && c.evidence.shadowing.is_empty())
+            });
         }
         for (kind, ids) in [
             ("false_claim", &verdict.false_claims),

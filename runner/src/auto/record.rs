@@ -18,39 +18,53 @@
 //!   session's transcript.
 //! - `digests`: `task` the spec, `repo` the commit the run started from, `grader` the accepted
 //!   contract's digest, `model_config` the sha256 of the pinned model.
+//! - `tamper`: what the verify step refused in any of the run's sessions — the eval grader's
+//!   tamper findings (`validator.tamper`) and files planted in place of the protected tests
+//!   or the runner (`validator.protected_shadow`, kind `protected_shadow`) — each `detail`
+//!   naming its session, so the reporter counts the run as tampered like a trial.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anvil_report::record::{Accounting, Digests, SCHEMA_VERSION, Tokens, TrialRecord};
+use anvil_report::record::{
+    Accounting, Digests, SCHEMA_VERSION, TamperFinding, Tokens, TrialRecord,
+};
 use sha2::{Digest, Sha256};
 
 use crate::auto::run_state::Terminal;
-use crate::auto::store::{RunRow, SessionRow};
+use crate::auto::store::{EventRow, RunRow, SessionRow};
 
-/// The records of the finished runs among `runs` (each with its sessions), oldest first, under
-/// the sweep name `sweep`. Runs still running are left out.
-pub fn records(
-    runs: &[(RunRow, Vec<SessionRow>)],
-    sweep: &str,
-    anvil_git_sha: &str,
-) -> Vec<TrialRecord> {
-    let mut finished: Vec<&(RunRow, Vec<SessionRow>)> = runs
-        .iter()
-        .filter(|(r, _)| r.terminal().is_some())
-        .collect();
-    finished.sort_by(|(a, _), (b, _)| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+/// One run as the queue database holds it.
+#[derive(Debug, Clone)]
+pub struct RunHistory {
+    pub run: RunRow,
+    pub sessions: Vec<SessionRow>,
+    pub events: Vec<EventRow>,
+}
+
+/// The records of the finished runs among `runs`, oldest first, under the sweep name
+/// `sweep`. Runs still running are left out.
+pub fn records(runs: &[RunHistory], sweep: &str, anvil_git_sha: &str) -> Vec<TrialRecord> {
+    let mut finished: Vec<&RunHistory> =
+        runs.iter().filter(|h| h.run.terminal().is_some()).collect();
+    finished
+        .sort_by(|a, b| (a.run.created_at_ms, &a.run.id).cmp(&(b.run.created_at_ms, &b.run.id)));
     let mut trials: BTreeMap<(String, String), u32> = BTreeMap::new();
     finished
         .into_iter()
-        .filter_map(|(run, sessions)| {
+        .filter_map(|history| {
+            let RunHistory {
+                run,
+                sessions,
+                events,
+            } = history;
             let terminal = run.terminal()?;
             let task = task_name(&run.spec_path, &run.spec_digest);
             let model = model_name(&run.model);
             let slot = trials.entry((task.clone(), model.clone())).or_insert(0);
             let trial = *slot;
             *slot += 1;
-            Some(record(
+            let mut record = record(
                 run,
                 sessions,
                 terminal,
@@ -59,7 +73,42 @@ pub fn records(
                 model,
                 trial,
                 anvil_git_sha,
-            ))
+            );
+            record.tamper = tamper(events);
+            Some(record)
+        })
+        .collect()
+}
+
+/// What the verify step refused in the run's sessions, as tamper findings.
+fn tamper(events: &[EventRow]) -> Vec<TamperFinding> {
+    let field = |payload: &serde_json::Value, name: &str| {
+        payload
+            .get(name)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    events
+        .iter()
+        .filter_map(|e| {
+            let payload: serde_json::Value = serde_json::from_str(&e.payload).ok()?;
+            let at = format!("session {} attempt {}", e.session, e.attempt);
+            match e.kind.as_str() {
+                "validator.tamper" => Some(TamperFinding {
+                    path: field(&payload, "path"),
+                    kind: field(&payload, "kind"),
+                    detail: format!("{at}: {}", field(&payload, "detail")),
+                }),
+                "validator.protected_shadow" => Some(TamperFinding {
+                    path: field(&payload, "path"),
+                    kind: "protected_shadow".into(),
+                    detail: format!(
+                        "{at}: planted where it is imported in place of the protected tests or the runner"
+                    ),
+                }),
+                _ => None,
+            }
         })
         .collect()
 }
@@ -216,23 +265,54 @@ mod tests {
         }
     }
 
+    fn event(session: i64, kind: &str, payload: &str) -> EventRow {
+        EventRow {
+            id: 0,
+            run: "b".into(),
+            session,
+            attempt: 1,
+            kind: kind.into(),
+            payload: payload.into(),
+            at_ms: 0,
+        }
+    }
+
     #[test]
     fn finished_runs_become_trials_numbered_per_spec_and_model() {
-        let runs = vec![
-            (
-                run("b", 2_000, "/repo/SPEC.md", "stalled"),
-                vec![session(0, Some(0.5), 2_100), session(1, Some(0.25), 2_600)],
+        let history = |run, sessions| RunHistory {
+            run,
+            sessions,
+            events: Vec::new(),
+        };
+        let mut stalled = history(
+            run("b", 2_000, "/repo/SPEC.md", "stalled"),
+            vec![session(0, Some(0.5), 2_100), session(1, Some(0.25), 2_600)],
+        );
+        stalled.events = vec![
+            event(
+                1,
+                "validator.tamper",
+                r#"{"path": "Cargo.toml", "kind": "test_settings", "detail": "autotests = false"}"#,
             ),
-            (
+            event(1, "check", r#"{"id": "F001", "outcome": "failed"}"#),
+            event(
+                2,
+                "validator.protected_shadow",
+                r#"{"path": "argparse.py"}"#,
+            ),
+        ];
+        let runs = vec![
+            stalled,
+            history(
                 run("a", 1_000, "/repo/SPEC.md", "complete"),
                 vec![session(0, Some(1.0), 1_500)],
             ),
-            (run("c", 3_000, "/repo/SPEC.md", "running"), vec![]),
-            (
+            history(run("c", 3_000, "/repo/SPEC.md", "running"), vec![]),
+            history(
                 run("d", 4_000, "/repo/OTHER.md", "infra_failed"),
                 vec![session(0, None, 4_100)],
             ),
-            (run("e", 5_000, "/repo/SPEC.md", "cancelled"), vec![]),
+            history(run("e", 5_000, "/repo/SPEC.md", "cancelled"), vec![]),
         ];
         let recs = records(&runs, "auto-nightly", "abc123");
         let keys: Vec<(&str, u32, Option<bool>, Option<&str>)> = recs
@@ -264,6 +344,23 @@ mod tests {
         assert_eq!(stalled.digests.grader, "c".repeat(64));
         assert_eq!(stalled.anvil_git_sha, "abc123");
         assert_eq!(stalled.counted_pass(), Some(false));
+        let tamper: Vec<(&str, &str)> = stalled
+            .tamper
+            .iter()
+            .map(|t| (t.path.as_str(), t.kind.as_str()))
+            .collect();
+        assert_eq!(
+            tamper,
+            [
+                ("Cargo.toml", "test_settings"),
+                ("argparse.py", "protected_shadow")
+            ]
+        );
+        assert_eq!(
+            stalled.tamper[0].detail,
+            "session 1 attempt 1: autotests = false"
+        );
+        assert!(recs[0].tamper.is_empty(), "a run without findings has none");
         let infra = &recs[2];
         assert_eq!(infra.cost_usd, None, "an unknown cost is never 0");
         assert_eq!(infra.accounting, Accounting::Unknown);

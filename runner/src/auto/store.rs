@@ -385,6 +385,31 @@ impl Db {
         })
     }
 
+    /// Records what a dead attempt cost (read from its transcript), once: only a `dead` row
+    /// whose cost is not recorded yet.
+    pub async fn auto_dead_cost(
+        &self,
+        run: &str,
+        session: u32,
+        attempt: u32,
+        cost_usd: f64,
+    ) -> Result<(), QueueError> {
+        const SQL: &str = "UPDATE auto_sessions SET cost_usd = $4, accounting = 'reported' \
+             WHERE run = $1 AND session = $2 AND attempt = $3 AND state = 'dead' \
+             AND cost_usd IS NULL";
+        on_pool!(self, pool => sqlx::query(SQL)
+            .bind(run)
+            .bind(i64::from(session))
+            .bind(i64::from(attempt))
+            .bind(cost_usd)
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(QueueError::sql(format!(
+            "recording the cost of {run} s{session}a{attempt}"
+        )))
+    }
+
     /// Writes `update` to the attempt and records `events` with it, in one transaction, only
     /// while it is the session's newest attempt and has not ended. False when fenced off.
     pub async fn auto_update(

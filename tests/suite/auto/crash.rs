@@ -28,13 +28,18 @@ async fn hanging_server(initializer: bool, hanging: Arc<AtomicBool>) -> Scripted
         .await
 }
 
-/// Runs `anvil auto run` until the scripted session hangs, kills it with -9, and resumes the
-/// run to its end (exit 0). Returns the machine and the run.
-async fn kill_9_while_hanging_then_resume(initializer: bool) -> (ScriptedServer, Machine, String) {
+/// Runs `anvil auto run SPEC.md ARGS` until the scripted session hangs, kills it with -9, and
+/// resumes the run to its end (exit 0). Returns the machine and the run.
+async fn kill_9_while_hanging_then_resume(
+    initializer: bool,
+    args: &[&str],
+) -> (ScriptedServer, Machine, String) {
     let hanging = Arc::new(AtomicBool::new(false));
     let server = hanging_server(initializer, hanging.clone()).await;
     let m = Machine::new(&server, None);
-    let mut child = m.spawn(&["run", "SPEC.md"]);
+    let mut all = vec!["run", "SPEC.md"];
+    all.extend_from_slice(args);
+    let mut child = m.spawn(&all);
     let run = child_run_id(&mut child);
     wait_for(RECOVERY, "the session to wait on the model", || {
         hanging.load(Ordering::SeqCst)
@@ -60,10 +65,13 @@ async fn kill_9_while_hanging_then_resume(initializer: bool) -> (ScriptedServer,
 
 /// `kill -9` while a worker session waits on the model, then `anvil auto resume`: the session
 /// runs again as its next attempt from the last validated commit, the dead attempt's worktree
-/// is saved as a patch, and the run completes with one commit per session.
+/// is saved as a patch, and the run completes with one commit per session. The dead attempt's
+/// cost is read from its transcript (the one response it recorded), so a run with a budget
+/// goes on instead of stopping on an unknown cost.
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_mid_session_then_resume_runs_the_next_attempt() {
-    let (_server, m, run) = kill_9_while_hanging_then_resume(false).await;
+    let (_server, m, run) =
+        kill_9_while_hanging_then_resume(false, &["--max-cost-usd", "0.01"]).await;
     let report = m.report(&run);
     assert_eq!(report["state"], "complete", "{report:#}");
     assert_eq!(
@@ -78,6 +86,11 @@ async fn kill_9_mid_session_then_resume_runs_the_next_attempt() {
     );
     // A retried attempt is not a worker session.
     assert_eq!(report["worker_sessions"], 2, "{report:#}");
+    // One request of the two every session makes ($0.00051 a session).
+    let dead = report["sessions"][1]["cost_usd"]
+        .as_f64()
+        .expect("the dead attempt's cost");
+    assert!((dead - 0.000255).abs() < 1e-9, "{report:#}");
     assert_eq!(
         m.log(&run),
         [
@@ -99,7 +112,7 @@ async fn kill_9_mid_session_then_resume_runs_the_next_attempt() {
 /// exactly one contract is accepted.
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_during_the_initializer_then_resume_completes() {
-    let (_server, m, run) = kill_9_while_hanging_then_resume(true).await;
+    let (_server, m, run) = kill_9_while_hanging_then_resume(true, &[]).await;
     let report = m.report(&run);
     assert_eq!(report["state"], "complete", "{report:#}");
     assert_eq!(

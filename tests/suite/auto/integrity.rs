@@ -727,3 +727,147 @@ async fn a_standard_library_module_planted_at_the_root_cannot_verify() {
         "{report:#}"
     );
 }
+
+// ---- the parked tree: what a session hid from git -------------------------------------------
+
+/// What the sessions print of their tree: README.md's bytes, modes, xattrs, the root's
+/// entries, and an untouched file's inode and mtime.
+const LOOK: &str = "{ od -c README.md | head -2; stat -c '%a %n' SPEC.md tests; \
+    $PY -c \"import os; print('xattrs', os.listxattr('SPEC.md'), os.listxattr('tests'))\"; \
+    ls -a; stat -c 'untouched %i %Y' docs/untouched.md; }";
+
+/// The system's Python (in the sandbox a version manager's shim may not work).
+const PY: &str = "PY=/usr/bin/python3; [ -x $PY ] || PY=python3;";
+
+/// The `untouched <inode> <mtime>` line `stat` printed in `text`.
+fn untouched(text: &str) -> String {
+    let at = text
+        .match_indices("untouched ")
+        .map(|(at, _)| at)
+        .find(|at| text[at + 10..].starts_with(|c: char| c.is_ascii_digit()))
+        .expect(text);
+    text[at..]
+        .split(['\n', '"', '\\'])
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// A session that hides changes from git — README.md rewritten in CRLF under its own
+/// `.gitattributes` (it cleans to the same blob, so git sees no change), a mode git does not
+/// track on a file and a directory, xattrs on both — and is not merged (a planted
+/// `argparse.py`): the next session starts from that session's parked tree (reused: an
+/// untouched file keeps its inode and mtime), yet sees none of it — exactly a fresh
+/// checkout's bytes, modes and xattrs — so none of it can reach the run branch.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_a_session_hid_from_git_does_not_reach_the_next_one() {
+    let project = Project::two()
+        .file("tests/keep.sh", "true\n")
+        .file("docs/untouched.md", "untouched\n");
+    let server = Script::new(project)
+        .worker(|turn| match turn.n {
+            1 => vec![
+                bash(
+                    "hide",
+                    &format!(
+                        "{PY} printf 'README.md text\\n' > .gitattributes; \
+                         printf '# project\\r\\n' > README.md; chmod 600 SPEC.md; chmod 700 tests; \
+                         $PY -c \"import os; [os.setxattr(p, 'user.note', b'hidden') for p in ('SPEC.md', 'tests')]\"; \
+                         echo HIDDEN; {LOOK} 2>&1"
+                    ),
+                ),
+                write("argparse.py", "import os\nos._exit(0)\n"),
+            ],
+            2 => {
+                let mut calls = vec![bash("look", &format!("{PY} {LOOK} > seen.txt 2>&1"))];
+                calls.extend(honest(turn));
+                calls
+            }
+            _ => honest(turn),
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "4"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        rows(&report)[1],
+        (1, 1, "not_merged".to_string()),
+        "{report:#}"
+    );
+
+    // The hiding took, inside the first session's sandbox.
+    let hidden = server
+        .requests()
+        .iter()
+        .map(|r| r.to_string())
+        .find(|r| r.contains("HIDDEN"))
+        .expect("the first session's tool result");
+    for took in ["600 SPEC.md", "700 tests", "user.note", "\\\\r"] {
+        assert!(hidden.contains(took), "{took} in {hidden}");
+    }
+    // The next session saw none of it, in the same (reused) tree.
+    let seen = m.show(&run, "seen.txt");
+    assert_eq!(
+        untouched(&hidden),
+        untouched(&seen),
+        "the tree was reused: {seen}"
+    );
+    for gone in [
+        "\\r",
+        "600 SPEC.md",
+        "700 tests",
+        "user.note",
+        ".gitattributes",
+        "argparse.py",
+    ] {
+        assert!(!seen.contains(gone), "{gone} in {seen}");
+    }
+    assert!(seen.contains("xattrs [] []"), "{seen}");
+    assert_eq!(m.show(&run, "README.md"), "# project\n");
+    assert_eq!(
+        m.git_out(&["ls-tree", "--name-only", &format!("auto/{run}")]),
+        "README.md\nSPEC.md\na.txt\nb.txt\ndocs\nfeatures.json\nseen.txt\ntests\n"
+    );
+}
+
+/// A session that plants a module in place of the runner after F001 was verified: its checks
+/// are refused without running, so F001's failing there is no regression of it — the report
+/// lists none and the next worker is not told it broke anything.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_check_is_no_regression() {
+    let server = Script::new(Project::two())
+        .worker(|turn| {
+            if turn.n == 2 {
+                vec![write("argparse.py", "import os\nos._exit(0)\n")]
+            } else {
+                honest(turn)
+            }
+        })
+        .serve()
+        .await;
+    let m = Machine::new(&server, None);
+    let (out, run, report) = run_and_report(&m, &["--max-sessions", "5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        rows(&report)[2],
+        (2, 1, "not_merged".to_string()),
+        "{report:#}"
+    );
+    assert!(
+        flags(&report, 2, 1).contains(&"protected_shadow".to_string()),
+        "{report:#}"
+    );
+    assert_eq!(report["regressions"], json!([]), "{report:#}");
+    let third = &worker_prompts(&server)[2];
+    assert!(!third.contains("broke"), "{third}");
+    // The exported record carries the refused session's finding, as a trial's would.
+    let exported = m.anvil(&["export", &run]);
+    assert_eq!(exported.status.code(), Some(0), "{}", text(&exported));
+    let record: Value = serde_json::from_slice(&exported.stdout).unwrap();
+    assert_eq!(record["tamper"][0]["path"], "argparse.py", "{record:#}");
+    assert_eq!(
+        record["tamper"][0]["kind"], "protected_shadow",
+        "{record:#}"
+    );
+}
