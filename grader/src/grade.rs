@@ -375,16 +375,26 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
         Err(e) => return error(result, format!("cannot copy the workspace: {e}")),
     }
     for s in &result.skipped {
-        let detail = match &s.reason {
-            SkipReason::TooLarge { bytes } => {
-                format!("{bytes} bytes (apparent size): too large to grade")
-            }
-            SkipReason::Sparse { bytes } => {
-                format!("a sparse file of {bytes} bytes (apparent size): not graded")
-            }
-            SkipReason::TotalLimit => {
-                "the workspace exceeds the grading copy's total size or file count".into()
-            }
+        let (kind, detail) = match &s.reason {
+            SkipReason::TooLarge { bytes } => (
+                "oversized_file",
+                format!("{bytes} bytes (apparent size): too large to grade"),
+            ),
+            SkipReason::Sparse { bytes } => (
+                "oversized_file",
+                format!("a sparse file of {bytes} bytes (apparent size): not graded"),
+            ),
+            SkipReason::TotalLimit => (
+                "oversized_file",
+                "the workspace exceeds the grading copy's total size or file count".into(),
+            ),
+            SkipReason::TooDeep { depth } => (
+                "too_deep",
+                format!(
+                    "a directory {depth} levels deep (over {}): not graded",
+                    crate::tree::MAX_DEPTH
+                ),
+            ),
             SkipReason::LinkOutside { .. }
             | SkipReason::Special
             | SkipReason::Unreadable { .. } => {
@@ -393,7 +403,7 @@ pub async fn grade(task: &Task, workspace: &Path, opts: &GradeOptions) -> GradeR
         };
         result
             .tamper
-            .push(TamperFinding::new(&s.path, "oversized_file", detail));
+            .push(TamperFinding::new(&s.path, kind, detail));
     }
     result.tamper.extend(tamper::scan(
         &work,

@@ -47,6 +47,11 @@ impl Default for CopyPolicy {
     }
 }
 
+/// Directories deeper than this are not copied: the walk recurses once a level, and a tree
+/// thousands of levels deep (which anyone with a shell can make) would overflow the copying
+/// thread's stack.
+pub const MAX_DEPTH: usize = 128;
+
 /// Sparse files smaller than this are copied (their holes cost little).
 const SPARSE_LIMIT: u64 = 1024 * 1024;
 
@@ -66,6 +71,8 @@ pub enum SkipReason {
     LinkOutside { target: String },
     /// A socket, fifo or device.
     Special,
+    /// A directory deeper than [`MAX_DEPTH`] levels.
+    TooDeep { depth: usize },
 }
 
 /// An entry that was not copied, by its path relative to the tree's root.
@@ -249,6 +256,11 @@ impl Walk<'_> {
         let meta = std::fs::symlink_metadata(src).map_err(io_err(src))?;
         let kind = meta.file_type();
         if kind.is_dir() {
+            let depth = rel.components().count();
+            if depth > MAX_DEPTH {
+                Self::skip(copied, rel, SkipReason::TooDeep { depth });
+                return Ok(());
+            }
             std::fs::create_dir_all(dst).map_err(io_err(dst))?;
             return self.dir(src, dst, rel, copied);
         }
@@ -341,6 +353,36 @@ mod tests {
         assert!(!stays_inside(Path::new("d/a"), Path::new("../../b")));
         assert!(!stays_inside(Path::new("a"), Path::new("/etc/passwd")));
         assert!(!stays_inside(Path::new("d/a"), Path::new("x/../../../b")));
+    }
+
+    /// A tree 1,500 levels deep is copied down to [`MAX_DEPTH`] and the rest skipped, on a
+    /// small stack: no overflow however deep the tree.
+    #[test]
+    fn a_tree_too_deep_is_skipped_not_a_crash() {
+        let src = tempfile::tempdir().unwrap();
+        let mut path = src.path().join("deep");
+        for _ in 0..1500 {
+            path.push("d");
+        }
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::write(path.join("bottom.txt"), "x\n").unwrap();
+        std::fs::write(src.path().join("top.txt"), "top\n").unwrap();
+        let dst = tempfile::tempdir().unwrap();
+        let (from, to) = (src.path().to_path_buf(), dst.path().join("copy"));
+        let copied = std::thread::Builder::new()
+            .stack_size(512 * 1024)
+            .spawn(move || copy(&from, &to, &CopyPolicy::default()).unwrap())
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(copied.files, 1, "top.txt");
+        assert_eq!(copied.skipped.len(), 1, "{:?}", copied.skipped);
+        assert_eq!(
+            copied.skipped[0].reason,
+            SkipReason::TooDeep {
+                depth: MAX_DEPTH + 1
+            }
+        );
     }
 
     #[test]

@@ -214,6 +214,10 @@ pub fn scrub(dir: &Path, spare: &Path) -> std::io::Result<Option<Scrubbed>> {
     Ok(Some(found))
 }
 
+/// How deep the scrub walks (it recurses once a level): a changed directory deeper than this
+/// is removed whole, an unchanged one refuses the reuse.
+const MAX_DEPTH: usize = 128;
+
 struct Walk {
     /// The stamp's mtime: an inode whose ctime is this or later was changed after the
     /// checkout (the same clock tick counts as after).
@@ -230,6 +234,9 @@ impl Walk {
     /// Scrubs the entries of the directory `dir` (at `rel` in the tree).
     fn dir(&mut self, dir: &Path, rel: &Path) -> std::io::Result<()> {
         use std::os::unix::ffi::OsStrExt;
+        if rel.components().count() >= MAX_DEPTH {
+            return Err(std::io::Error::other("a tree deeper than the scrub walks"));
+        }
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             let name = entry.file_name();
@@ -284,30 +291,39 @@ fn remove_file(path: &Path) -> std::io::Result<()> {
 
 /// Removes `dir` and everything in it, whatever the modes inside (an unreadable directory is
 /// made readable first); one that does not exist is fine. A link is removed, never followed.
+///
+/// A directory goes through `rm -rf` (and `chmod -R u+rwx` when that leaves something): they
+/// walk a tree of any depth with file descriptors, where a walk by paths would fail past
+/// `PATH_MAX` and a recursive one overflow its stack on a tree thousands of levels deep.
 pub fn remove_all(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     let Ok(meta) = dir.symlink_metadata() else {
         return Ok(());
     };
     if !meta.is_dir() {
         return std::fs::remove_file(dir);
     }
-    if std::fs::remove_dir_all(dir).is_ok() {
-        return Ok(());
+    let run = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .arg("--")
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+    };
+    run("rm", &["-rf"])?;
+    if dir.symlink_metadata().is_ok() {
+        run("chmod", &["-R", "u+rwx"])?;
+        run("rm", &["-rf"])?;
     }
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(meta) = d.symlink_metadata() else {
-            continue;
-        };
-        if meta.is_dir() {
-            let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
-            if let Ok(entries) = std::fs::read_dir(&d) {
-                stack.extend(entries.flatten().map(|e| e.path()));
-            }
-        }
+    match dir.symlink_metadata() {
+        Err(_) => Ok(()),
+        Ok(_) => Err(std::io::Error::other(format!(
+            "rm -rf left {} in place",
+            dir.display()
+        ))),
     }
-    std::fs::remove_dir_all(dir)
 }
 
 #[cfg(test)]

@@ -261,3 +261,49 @@ fn walk(dir: &Path) -> Vec<String> {
     }
     out
 }
+
+/// `levels` nested directories `d/d/…` under `dir/deep`, a file at the bottom.
+fn deep(dir: &Path, levels: usize) {
+    let mut path = dir.join("deep");
+    for _ in 0..levels {
+        path.push("d");
+    }
+    std::fs::create_dir_all(&path).unwrap();
+    std::fs::write(path.join("bottom.txt"), "bottom\n").unwrap();
+}
+
+/// A tree 1,500 levels deep — deeper than any recursive walk's stack would take — is no
+/// crash: a session's is removed whole, one from before the stamp refuses the reuse.
+#[test]
+fn a_tree_of_any_depth_is_removed_or_refused_never_a_crash() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = checked_out(root.path());
+    deep(&dir, 1500);
+    let scrubbed = std::thread::Builder::new()
+        .stack_size(1024 * 1024)
+        .spawn({
+            let dir = dir.clone();
+            let spare = root.path().join("spare");
+            move || scrub(&dir, &spare).unwrap().is_some()
+        })
+        .unwrap()
+        .join()
+        .expect("no stack overflow on a small stack");
+    assert!(scrubbed);
+    assert!(
+        !dir.join("deep").exists(),
+        "the session's deep tree is gone"
+    );
+
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("wt");
+    deep(&dir, 1500);
+    std::thread::sleep(std::time::Duration::from_millis(30));
+    write_stamp(&dir).unwrap();
+    assert!(
+        scrub(&dir, &root.path().join("spare")).unwrap().is_none(),
+        "a checkout that deep is not walked: checked out afresh"
+    );
+    remove_all(&dir).unwrap();
+    assert!(!dir.exists(), "and removed whole");
+}
