@@ -161,8 +161,13 @@ impl Db {
             let conn = options.clone().create_if_missing(true).connect().await?;
             sqlx::Connection::close(conn).await?;
         }
+        // No idle or lifetime reaping: a file's connections cost nothing idle, and sqlx's
+        // reaping task was caught spinning at full CPU forever in `anvil-evals export`
+        // (in `spawn_maintenance_tasks`); without either limit that task is never started.
         SqlitePoolOptions::new()
             .max_connections(max_connections.max(2))
+            .idle_timeout(None)
+            .max_lifetime(None)
             .connect_with(options.clone())
             .await
     }
