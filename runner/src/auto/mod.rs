@@ -151,17 +151,15 @@
 //! suite (5).
 //!
 //! 1. *(done)*
-//! 2. *(done; known gaps: a dead attempt's cost is recorded as unknown, which stops a run with
-//!    a budget; the next session's estimate is the dearest session so far; `anvil auto
+//! 2. *(done; known gaps: a dead or timed-out attempt's cost is what its transcript recorded
+//!    ([`agent::transcript_cost`]), a response cut off by the kill not counted; the next
+//!    session's estimate is the dearest session so far; `anvil auto
 //!    cancel` of a run no worker serves ends it at once, of a running one at the worker's
 //!    next cancel poll)*
 //! 3. The agent's session: the initializer and worker instructions as two built-in skills,
-//!    a stop hook running `test_command`, the sandbox of step 3 (the status block is built,
-//!    minimal, in [`prompts`]). Today the agent runs in an eval trial's confined sandbox,
-//!    which hides the user's checkout, its `.git/objects` included: git inside the attempt's
-//!    worktree finds no commits (`git log`, `git diff` and `git status` fail for the agent).
-//!    Showing the objects read-only needs a read-only path in the child's `TrialConfig`
-//!    (`jobs::child`).
+//!    a stop hook running `test_command` (the status block is built, minimal, in
+//!    [`prompts`]). The sandbox is done: an eval trial's confined one with the user's
+//!    `.git/objects` shown read-only (`TrialConfig.readable`), so git works in the worktree.
 //! 4. *(done)* The CLI: `anvil auto init|run|resume|status|report|cancel`, exit codes from
 //!    [`run_state::Terminal::exit_code`] and [`run_state::EXIT_TABLE`] in `--help` and the
 //!    README. `init` creates the run with its workers held (`auto_runs.hold_workers`): the
@@ -183,9 +181,11 @@
 //!    failing output; now every worker session that verified nothing new).
 //! 5a. *(done)* A finished run as a trial record ([`record`], `anvil auto export`), read by
 //!    `anvil-evals report`.
-//! 6. Benchmarks: harness overhead per session excluding model and checks (target ≤ 100 ms on
-//!    a 1,000-file repository), and the pass-to-pass re-check of 50 instant features.
-//! 7. Trying it on the local model (two Python features, a kill mid-run), in the closing note.
+//! 6. *(done)* Benchmarks (`cargo bench -p anvil-runner --bench auto`): harness overhead per
+//!    session excluding model and checks, 83 ms median on a 1,000-file repository with the
+//!    parked tree reused ([`scrub`]), and the pass-to-pass re-check of 50 instant features.
+//! 7. *(done, session 7's closing note)* Tried on the local model (two Python features, a
+//!    kill mid-run).
 //!
 //! Known limits of the built parts (an adversarial review of the verify step found them; what
 //! it found that is fixed: the fail-before checks now see the accepted `features.json`, as
