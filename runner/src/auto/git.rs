@@ -670,7 +670,7 @@ impl Repo {
         let checkout = checkout_index_beside(&dir);
         std::fs::copy(&index, &checkout).map_err(io("cannot write", &checkout))?;
         let stamp = scrub::stamp_beside(&dir);
-        scrub::write_stamp(&dir).map_err(io("cannot write", &stamp))?;
+        scrub::write_stamp(&dir, &checkout).map_err(io("cannot write", &stamp))?;
         Ok(Worktree {
             dir,
             run: run.clone(),

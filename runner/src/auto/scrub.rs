@@ -97,20 +97,34 @@ impl Creator {
 }
 
 /// Writes the stamp of the checkout at `dir` (a new file, so its mtime is now). Call it after
-/// the checkout's last write into the tree and before anything else can write there. Where
-/// the umask cannot be read the stamp is left out, so the tree is never reused.
-pub fn write_stamp(dir: &Path) -> std::io::Result<()> {
+/// the checkout's last write into the tree, `last` a file written after that (the checkout's
+/// index), and before anything else can write there. The stamp is made again, up to a few
+/// clock ticks, until its mtime is after `last`'s, so no file of the checkout shares the
+/// stamp's tick (one that did would count as changed and be written again). Where the umask
+/// cannot be read the stamp is left out, so the tree is never reused.
+pub fn write_stamp(dir: &Path, last: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let stamp = stamp_beside(dir);
-    remove_file(&stamp)?;
     let Some(creator) = Creator::current() else {
-        return Ok(());
+        return remove_file(&stamp);
     };
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&stamp)?;
-    file.write_all(creator.render().as_bytes())
+    let last = std::fs::symlink_metadata(last)?;
+    let written = (last.mtime(), last.mtime_nsec());
+    for _ in 0..50 {
+        remove_file(&stamp)?;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&stamp)?;
+        file.write_all(creator.render().as_bytes())?;
+        let meta = file.metadata()?;
+        if (meta.mtime(), meta.mtime_nsec()) > written {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Ok(())
 }
 
 /// A `.gitattributes` the scrub left in place: which inode, changed when.

@@ -44,9 +44,8 @@ fn xattrs(path: &Path) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-/// What a checkout leaves, then its stamp a clock tick later (so the files it wrote are
-/// before it; in use, files of the stamp's own tick are taken as changed, which only costs
-/// writing them again).
+/// What a checkout leaves, then its index and its stamp (which waits for a tick after the
+/// index, so every file the checkout wrote is before it).
 fn checked_out(root: &Path) -> std::path::PathBuf {
     let dir = root.join("wt");
     write(&dir, "kept.txt", "kept\n");
@@ -58,8 +57,9 @@ fn checked_out(root: &Path) -> std::path::PathBuf {
     write(&dir, "attrs/.gitattributes", "*.txt text\n");
     write(&dir, ".gitattributes", "* -text\n");
     write(&dir, ".git/HEAD", "ref: refs/heads/main\n");
-    std::thread::sleep(std::time::Duration::from_millis(30));
-    write_stamp(&dir).unwrap();
+    let index = root.join("wt.checkout-index");
+    std::fs::write(&index, "index").unwrap();
+    write_stamp(&dir, &index).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(30));
     dir
 }
@@ -295,8 +295,9 @@ fn a_tree_of_any_depth_is_removed_or_refused_never_a_crash() {
     let root = tempfile::tempdir().unwrap();
     let dir = root.path().join("wt");
     deep(&dir, 1500);
-    std::thread::sleep(std::time::Duration::from_millis(30));
-    write_stamp(&dir).unwrap();
+    let index = root.path().join("wt.checkout-index");
+    std::fs::write(&index, "index").unwrap();
+    write_stamp(&dir, &index).unwrap();
     assert!(
         scrub(&dir, &root.path().join("spare")).unwrap().is_none(),
         "a checkout that deep is not walked: checked out afresh"
