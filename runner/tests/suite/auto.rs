@@ -544,6 +544,24 @@ fn assert_exactly(r: &Repo, wt: &anvil_runner::auto::git::Worktree, base: &Oid, 
     );
 }
 
+/// Attempt `s<session>a1` of `run` from `base`, in `attempts`, from the tree parked there.
+fn reuse(
+    r: &Repo,
+    run: &RunId,
+    attempts: &Path,
+    session: u32,
+    base: &Oid,
+) -> anvil_runner::auto::git::Worktree {
+    r.reuse_worktree(
+        run,
+        AttemptId::new(session, 1),
+        base,
+        &attempts.join(format!("s{session}a1")),
+        &attempts.join("parked"),
+    )
+    .unwrap()
+}
+
 #[test]
 fn a_parked_worktree_starts_the_next_attempt_from_exactly_its_base() {
     let home = Home::new();
@@ -562,15 +580,7 @@ fn a_parked_worktree_starts_the_next_attempt_from_exactly_its_base() {
     r.create_run_branch(&run, &head).unwrap();
     let attempts = tempfile::tempdir().unwrap();
     let parked = attempts.path().join("parked");
-    let first = r
-        .reuse_worktree(
-            &run,
-            AttemptId::new(1, 1),
-            &head,
-            &attempts.path().join("s1a1"),
-            &parked,
-        )
-        .unwrap();
+    let first = reuse(&r, &run, attempts.path(), 1, &head);
     assert_exactly(&r, &first, &head, "nothing parked: a fresh checkout");
 
     // A session that leaves everything a model might: edits, a deletion, a new directory,
@@ -593,15 +603,7 @@ fn a_parked_worktree_starts_the_next_attempt_from_exactly_its_base() {
     assert_eq!(r.branch(&first.branch).unwrap(), None, "its branch is gone");
 
     // Rejected: the next attempt starts from the old base, none of it left.
-    let second = r
-        .reuse_worktree(
-            &run,
-            AttemptId::new(2, 1),
-            &head,
-            &attempts.path().join("s2a1"),
-            &parked,
-        )
-        .unwrap();
+    let second = reuse(&r, &run, attempts.path(), 2, &head);
     assert!(!parked.exists());
     assert_exactly(
         &r,
@@ -613,15 +615,7 @@ fn a_parked_worktree_starts_the_next_attempt_from_exactly_its_base() {
     r.park_worktree(&second, &parked).unwrap();
 
     // Merged: from the candidate (as if it were the run branch's head).
-    let third = r
-        .reuse_worktree(
-            &run,
-            AttemptId::new(3, 1),
-            &candidate,
-            &attempts.path().join("s3a1"),
-            &parked,
-        )
-        .unwrap();
+    let third = reuse(&r, &run, attempts.path(), 3, &candidate);
     assert_exactly(&r, &third, &candidate, "forward to the merged tree");
     r.commit_worktree(&third, "s3a1: nothing").unwrap();
     r.park_worktree(&third, &parked).unwrap();
@@ -656,15 +650,7 @@ fn a_parked_worktree_starts_the_next_attempt_from_exactly_its_base() {
         )
         .unwrap();
     }
-    let fourth = r
-        .reuse_worktree(
-            &run,
-            AttemptId::new(4, 1),
-            &candidate,
-            &attempts.path().join("s4a1"),
-            &parked,
-        )
-        .unwrap();
+    let fourth = reuse(&r, &run, attempts.path(), 4, &candidate);
     assert_exactly(
         &r,
         &fourth,
@@ -784,15 +770,7 @@ fn a_parked_worktree_keeps_nothing_of_a_session_that_git_cannot_see() {
     r.create_run_branch(&run, &head).unwrap();
     let attempts = tempfile::tempdir().unwrap();
     let parked = attempts.path().join("parked");
-    let first = r
-        .reuse_worktree(
-            &run,
-            AttemptId::new(1, 1),
-            &head,
-            &attempts.path().join("s1a1"),
-            &parked,
-        )
-        .unwrap();
+    let first = reuse(&r, &run, attempts.path(), 1, &head);
     let untouched = first.dir.join("src/untouched.rs");
     let untouched_ino = untouched.metadata().unwrap().ino();
 
@@ -826,15 +804,7 @@ fn a_parked_worktree_keeps_nothing_of_a_session_that_git_cannot_see() {
     };
 
     // Not merged: back at the base.
-    let second = r
-        .reuse_worktree(
-            &run,
-            AttemptId::new(2, 1),
-            &head,
-            &attempts.path().join("s2a1"),
-            &parked,
-        )
-        .unwrap();
+    let second = reuse(&r, &run, attempts.path(), 2, &head);
     assert_eq!(
         fingerprint(&second.dir),
         fresh(&head, 1),
@@ -863,15 +833,7 @@ fn a_parked_worktree_keeps_nothing_of_a_session_that_git_cannot_see() {
         again.clone()
     });
     r.park_worktree(&second, &parked).unwrap();
-    let third = r
-        .reuse_worktree(
-            &run,
-            AttemptId::new(3, 1),
-            &candidate,
-            &attempts.path().join("s3a1"),
-            &parked,
-        )
-        .unwrap();
+    let third = reuse(&r, &run, attempts.path(), 3, &candidate);
     assert_eq!(
         fingerprint(&third.dir),
         fresh(&candidate, 2),
