@@ -1010,6 +1010,19 @@ async fn workspace_content_never_makes_a_grader_error() {
             .any(|s| matches!(s.reason, anvil_grader::tree::SkipReason::Unreadable { .. })),
         "{r:#?}"
     );
+    // 3,000 levels of short names: too deep for a recursive copy's stack (it crashed the
+    // grader before); what lies below the copy's depth is not graded, so never a pass.
+    let ws = workspace_from(&py, &[]);
+    let w = ws.path().join("workspace");
+    let made = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import os, sys\nos.chdir(sys.argv[1])\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')\nopen('leaf.txt', 'w').write('deep')\n")
+        .arg(&w)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let r = grade(&py, &w, &sandboxed()).await;
+    assert_caught("3,000 levels", &r, Verdict::Tampered, Some("too_deep"));
 }
 
 /// A link through another link (`sub/up -> ..`) looked inside by its text but led out: the
