@@ -747,11 +747,12 @@ fn attack(dir: &Path) -> bool {
 /// track, a directory's mode and setgid bit, xattrs on a file and a directory. The next
 /// attempt's tree, from the same base (the session was not merged) and from the session's
 /// candidate (it was), is exactly a fresh checkout's: the same bytes, modes, owners and
-/// xattrs, path for path — and the tree is still reused where it can be (an untouched file
-/// keeps its inode).
+/// xattrs, path for path. (That the tree is reused, not checked out afresh, is asserted by
+/// the end-to-end scenario and the bench: here every file is written within the same clock
+/// tick as the index, and git takes such "racily clean" entries as changed and rewrites them,
+/// so which inodes survive varies from run to run.)
 #[test]
 fn a_parked_worktree_keeps_nothing_of_a_session_that_git_cannot_see() {
-    use std::os::unix::fs::MetadataExt;
     let home = Home::new();
     let repo = home.git_repo(
         "repo",
@@ -771,8 +772,6 @@ fn a_parked_worktree_keeps_nothing_of_a_session_that_git_cannot_see() {
     let attempts = tempfile::tempdir().unwrap();
     let parked = attempts.path().join("parked");
     let first = reuse(&r, &run, attempts.path(), 1, &head);
-    let untouched = first.dir.join("src/untouched.rs");
-    let untouched_ino = untouched.metadata().unwrap().ino();
 
     if !attack(&first.dir) {
         eprintln!("SKIPPED the xattr attacks: this filesystem takes no user xattrs");
@@ -811,16 +810,6 @@ fn a_parked_worktree_keeps_nothing_of_a_session_that_git_cannot_see() {
         "the rejected session's tree, at its base"
     );
     assert_exactly(&r, &second, &head, "and git agrees");
-    assert_eq!(
-        second
-            .dir
-            .join("src/untouched.rs")
-            .metadata()
-            .unwrap()
-            .ino(),
-        untouched_ino,
-        "the tree was reused, not checked out afresh"
-    );
 
     // The same session's work again, then merged: the next attempt starts from its candidate
     // (a new `.gitattributes`: everything it converts must be as a checkout writes it).
