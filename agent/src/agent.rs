@@ -109,6 +109,16 @@ pub struct Agent {
     tracker: ContextTracker,
     /// The current model's prices, for the cost recorded with each response's usage.
     pricing: Option<Pricing>,
+    /// A hard budget: every model request must be admitted against it before it is sent.
+    spend_limit: Option<SpendLimit>,
+}
+
+/// A hard budget in USD over what this agent spends from `base` (what the session had spent
+/// when the budget was set, or when it was resumed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct SpendLimit {
+    usd: f64,
+    base: f64,
 }
 
 enum Step {
@@ -154,7 +164,27 @@ impl Agent {
             budget,
             tracker: ContextTracker::default(),
             pricing: cfg.pricing,
+            spend_limit: None,
         }
+    }
+
+    /// Holds every model request of this agent to a hard budget of `usd` (admission control):
+    /// before each request its conservative reservation
+    /// ([`anvil_llm::cost::reservation`]) must fit what is left, else the turn ends
+    /// [`TurnOutcome::BudgetExceeded`] with nothing sent; a model without pricing is never
+    /// admitted. The budget counts from what the session has spent when it is set (or resumed).
+    /// Spend never passes `usd` by more than one request's reservation's misestimate.
+    pub fn set_budget(&mut self, usd: f64) {
+        self.spend_limit = Some(SpendLimit {
+            usd,
+            base: self.session.cost.spent(),
+        });
+    }
+
+    /// The hard budget, and what was spent against it so far.
+    pub fn spend_limit(&self) -> Option<(f64, f64)> {
+        self.spend_limit
+            .map(|l| (l.usd, self.session.cost.spent() - l.base))
     }
 
     /// Keeps the session in `writer`'s file, starting from `loaded` (a new session just
@@ -178,6 +208,9 @@ impl Agent {
     ) -> Result<(), SessionError> {
         let repairs = repair(&loaded);
         self.session = loaded.state;
+        if let Some(limit) = &mut self.spend_limit {
+            limit.base = self.session.cost.spent();
+        }
         self.request.messages = loaded.messages;
         self.writer = Some(writer);
         for record in repairs {
@@ -252,10 +285,57 @@ impl Agent {
         written
     }
 
-    /// Records one response's usage, with its cost when the model's pricing is known.
-    fn commit_usage(&mut self, usage: anvil_llm::Usage) {
+    /// Records one response's usage, with its cost when the model's pricing is known (settling
+    /// the request's reservation), and tells the front end.
+    async fn commit_usage(&mut self, usage: anvil_llm::Usage) {
         let cost_usd = self.pricing.map(|p| p.cost(&usage));
         self.commit_or_note(Record::Usage { usage, cost_usd });
+        self.events
+            .send(AgentEvent::Usage { usage, cost_usd })
+            .await;
+    }
+
+    /// Admits a request of about `input_tokens` with `max_output`: under a hard budget its
+    /// reservation must fit what is left. A priced request's reservation is recorded before it
+    /// is sent (so a killed process's is kept); returns it, to settle by [`Agent::settle`].
+    fn admit(
+        &mut self,
+        input_tokens: u64,
+        max_output: u32,
+    ) -> Result<Option<anvil_llm::cost::Reservation>, String> {
+        let Some(pricing) = self.pricing else {
+            return match self.spend_limit {
+                None => Ok(None),
+                Some(limit) => Err(format!(
+                    "model {} has no pricing, so the ${} budget cannot be held; add \
+                     [models.<alias>.pricing] to your config",
+                    self.request.model, limit.usd
+                )),
+            };
+        };
+        let reservation = anvil_llm::cost::reservation(&pricing, input_tokens, max_output);
+        if let Some(limit) = self.spend_limit {
+            let spent = self.session.cost.spent() - limit.base;
+            if spent + reservation.usd > limit.usd {
+                return Err(format!(
+                    "${spent:.6} spent and the next request reserves ${:.6} ({input_tokens} \
+                     input tokens estimated, {max_output} output at most): over the ${} budget",
+                    reservation.usd, limit.usd
+                ));
+            }
+        }
+        self.commit_or_note(Record::CostReserved {
+            usd: reservation.usd,
+        });
+        Ok(Some(reservation))
+    }
+
+    /// Settles a request's reservation that got no reported usage (it failed or was cancelled):
+    /// charged its input part as an estimate, never a known 0.
+    fn settle_unreported(&mut self, reservation: Option<anvil_llm::cost::Reservation>) {
+        if let Some(r) = reservation {
+            self.commit_or_note(Record::CostEstimated { usd: r.input_usd });
+        }
     }
 
     /// [`Agent::commit`], keeping the first failure for the end of the turn.
@@ -411,7 +491,15 @@ impl Agent {
         if cancel.is_cancelled() {
             return Step::Finished(TurnOutcome::Cancelled);
         }
-        let completion = match self.sample(cancel).await {
+        let reservation = match self.admit(self.context_tokens(), self.request.max_tokens) {
+            Ok(r) => r,
+            Err(reason) => return Step::Finished(TurnOutcome::BudgetExceeded { reason }),
+        };
+        let sampled = self.sample(cancel).await;
+        if !matches!(sampled, Ok(Some(_))) {
+            self.settle_unreported(reservation);
+        }
+        let completion = match sampled {
             Ok(Some(c)) => c,
             Ok(None) => return Step::Finished(TurnOutcome::Cancelled),
             Err(e) => {
@@ -433,12 +521,7 @@ impl Agent {
         };
         let mut message = completion.message;
         self.mint_unique_ids(&mut message);
-        self.commit_usage(completion.usage);
-        self.events
-            .send(AgentEvent::Usage {
-                usage: completion.usage,
-            })
-            .await;
+        self.commit_usage(completion.usage).await;
 
         let abnormal = match &completion.finish {
             FinishReason::EndTurn | FinishReason::ToolUse => None,
@@ -559,20 +642,21 @@ impl Agent {
         let before = self.context_tokens();
         let request =
             crate::context::compact::summary_request(&self.request, &self.request.messages, focus);
-        let completion =
-            match stream_completion(&*self.provider, &request, &mut self.events, cancel, false)
-                .await
-            {
-                Ok(Some(c)) => c,
-                Ok(None) => return Err("cancelled".into()),
-                Err(e) => return Err(format!("the summary request failed: {e}")),
-            };
-        self.commit_usage(completion.usage);
-        self.events
-            .send(AgentEvent::Usage {
-                usage: completion.usage,
-            })
-            .await;
+        let reservation = match self.admit(before, request.max_tokens) {
+            Ok(r) => r,
+            Err(reason) => return Err(format!("the summary request was not sent: {reason}")),
+        };
+        let sampled =
+            stream_completion(&*self.provider, &request, &mut self.events, cancel, false).await;
+        if !matches!(sampled, Ok(Some(_))) {
+            self.settle_unreported(reservation);
+        }
+        let completion = match sampled {
+            Ok(Some(c)) => c,
+            Ok(None) => return Err("cancelled".into()),
+            Err(e) => return Err(format!("the summary request failed: {e}")),
+        };
+        self.commit_usage(completion.usage).await;
         if !completion.is_committed() {
             return Err(format!(
                 "the summary did not finish ({})",

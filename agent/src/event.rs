@@ -29,6 +29,11 @@ pub enum TurnOutcome {
     ProtocolStopped {
         reason: String,
     },
+    /// The hard budget (`--max-cost-usd`) could not admit the next model request: nothing was
+    /// sent. `reason` says what was spent, reserved and allowed, or which model lacks pricing.
+    BudgetExceeded {
+        reason: String,
+    },
     /// A step failed (provider unreachable after retries, a broken stream, a broken transcript).
     Failed {
         error: String,
@@ -64,8 +69,11 @@ pub enum AgentEvent {
         /// The start of the result, for display.
         preview: String,
     },
+    /// One response's usage, with its cost when the model's pricing is known.
     Usage {
         usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
     },
     StepFailed {
         step: u32,

@@ -13,6 +13,7 @@ pub mod cap;
 pub mod capability;
 /// Config files, trust, and where they live.
 pub mod config;
+pub mod cost;
 /// LlmError and the HTTP status check.
 pub mod error;
 /// Moving a conversation to another provider.

@@ -82,6 +82,8 @@ pub enum HeadlessOutcome {
     Cancelled,
     ProtocolStopped,
     Failed,
+    /// The hard budget could not admit the next request.
+    BudgetExceeded,
 }
 
 impl HeadlessOutcome {
@@ -94,6 +96,7 @@ impl HeadlessOutcome {
             TurnOutcome::Cancelled => Self::Cancelled,
             TurnOutcome::ProtocolStopped { .. } => Self::ProtocolStopped,
             TurnOutcome::Failed { .. } => Self::Failed,
+            TurnOutcome::BudgetExceeded { .. } => Self::BudgetExceeded,
         }
     }
 
@@ -107,6 +110,7 @@ impl HeadlessOutcome {
             Self::Cancelled => "cancelled",
             Self::ProtocolStopped => "protocol_stopped",
             Self::Failed => "failed",
+            Self::BudgetExceeded => "budget_exceeded",
         }
     }
 }
@@ -143,7 +147,8 @@ pub struct HeadlessResult {
     /// 401/403 means the credentials were refused, which no retry fixes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
-    /// The provider's stop reason (`protocol_stopped` only).
+    /// The provider's stop reason (`protocol_stopped`), or why the budget stopped the turn
+    /// (`budget_exceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The session file could not be written (a full disk), which ended the turn `failed`:

@@ -15,6 +15,9 @@ pub const REFUSED: i32 = 4;
 pub const PROTOCOL_STOPPED: i32 = 5;
 /// Configuration: a missing API key, an unknown model, an invalid config file.
 pub const CONFIG: i32 = 6;
+/// The hard budget (`--max-cost-usd`) could not admit the next model request; nothing more was
+/// spent. Also: a hard budget on a model without pricing.
+pub const BUDGET_EXCEEDED: i32 = 7;
 /// The command line was wrong.
 pub const USAGE: i32 = 64;
 /// Interrupted (Ctrl-C) or stdout closed.
@@ -29,6 +32,7 @@ pub fn code(outcome: &TurnOutcome) -> i32 {
         TurnOutcome::Cancelled => CANCELLED,
         TurnOutcome::ProtocolStopped { .. } => PROTOCOL_STOPPED,
         TurnOutcome::Failed { .. } => FAILED,
+        TurnOutcome::BudgetExceeded { .. } => BUDGET_EXCEEDED,
     }
 }
 
@@ -42,5 +46,7 @@ Exit codes (headless mode):
   4    refused: the model refused
   5    protocol stopped: the provider stopped for a reason anvil does not model
   6    configuration error: missing API key, unknown model, invalid config
+  7    budget exceeded: the next request's reserved cost did not fit --max-cost-usd
+       (nothing more was spent), or the model has no pricing for a hard budget
   64   usage error: bad command-line arguments
   130  cancelled: Ctrl-C, or stdout was closed";

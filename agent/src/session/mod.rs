@@ -43,7 +43,7 @@ pub mod state;
 pub mod store;
 
 pub use record::{Entry, FORMAT_VERSION, Record, ReplaceReason, Todo, TodoStatus};
-pub use state::{Cost, FinishedCall, OpenCall, ReduceError, SessionState};
+pub use state::{Cost, FinishedCall, ModelSpend, OpenCall, ReduceError, SessionState};
 pub use store::{
     Listing, LoadedSession, SessionError, SessionStore, SessionSummary, SessionWriter, load, repair,
 };

@@ -9,9 +9,11 @@ use anvil_llm::{ContentBlock, Message, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The format version this anvil writes. A reader refuses a file with a newer one (it would
-/// half-read it); older versions are read by this one as long as it knows them.
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest format version this anvil writes and reads. A reader refuses a line with a newer
+/// one (it would half-read it); older versions are read as long as this one knows them. Each
+/// line carries the version its record needs ([`Record::since`]), so a file of records an older
+/// anvil knows stays readable by it.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// One line of a session file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +76,13 @@ pub enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
     },
+    /// A model request is about to be sent, admitted with this reserved cost (USD; written for
+    /// priced models only). The next `usage` or `cost_estimated` settles it; one never settled
+    /// (the process was killed mid-request) is kept as spent, never forgotten. Format 2.
+    CostReserved { usd: f64 },
+    /// The request reserved last ended without reported usage (a failed or cancelled stream):
+    /// its cost is this estimate, never a known 0. Format 2.
+    CostEstimated { usd: f64 },
     /// A checkpoint of the workspace was taken (its store comes with checkpoints).
     CheckpointRecorded {
         id: String,
@@ -95,7 +104,17 @@ impl Record {
             Record::ToolStarted { .. } => "tool_started",
             Record::ToolFinished { .. } => "tool_finished",
             Record::Usage { .. } => "usage",
+            Record::CostReserved { .. } => "cost_reserved",
+            Record::CostEstimated { .. } => "cost_estimated",
             Record::CheckpointRecorded { .. } => "checkpoint_recorded",
+        }
+    }
+
+    /// The format version a line holding this record is written with: the first that has it.
+    pub fn since(&self) -> u32 {
+        match self {
+            Record::CostReserved { .. } | Record::CostEstimated { .. } => 2,
+            _ => 1,
         }
     }
 
@@ -145,7 +164,7 @@ mod tests {
     #[test]
     fn an_entry_is_one_flat_object_with_version_sequence_and_type() {
         let entry = Entry {
-            v: FORMAT_VERSION,
+            v: 1,
             seq: 7,
             ts_ms: 1,
             record: Record::ToolFinished {

@@ -26,6 +26,8 @@ pub struct SessionState {
     pub usage: Usage,
     /// What the responses cost, as far as it is known.
     pub cost: Cost,
+    /// The same by model (the model requests went to when each was recorded).
+    pub cost_by_model: std::collections::BTreeMap<String, ModelSpend>,
     /// Model responses so far (one `Usage` record each).
     pub responses: u64,
     /// Checkpoints taken, oldest first.
@@ -48,21 +50,31 @@ pub struct FinishedCall {
     pub is_error: bool,
 }
 
-/// What a session's responses cost. A response of a model without pricing has an unknown
-/// cost: it is counted as such, never as 0.
+/// What a session's requests cost: the session's ledger. A response of a model without
+/// pricing has an unknown cost: it is counted as such, never as 0. A request that ended without
+/// reported usage is charged an estimate; one whose end was never recorded (a killed process)
+/// keeps its whole reservation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Cost {
-    /// USD, summed over the responses that had a cost.
+    /// USD of the responses whose usage was reported, at their model's price.
     pub usd: f64,
-    /// Responses with a cost.
+    /// Responses with a reported cost.
     pub priced: u64,
     /// Responses with an unknown cost.
     pub unpriced: u64,
+    /// USD charged by estimate: requests cut off before their usage was reported, and
+    /// reservations a killed process never settled.
+    pub estimated_usd: f64,
+    /// Requests charged by estimate.
+    pub estimated: u64,
+    /// The reservation of the request in flight (or of one a killed process left unsettled).
+    pub outstanding_usd: Option<f64>,
 }
 
 impl Cost {
-    /// Adds one response's cost (`None`: unknown).
+    /// Adds one response's cost (`None`: unknown), settling the reservation in flight.
     pub fn add(&mut self, cost_usd: Option<f64>) {
+        self.outstanding_usd = None;
         match cost_usd {
             Some(usd) => {
                 self.usd += usd;
@@ -72,10 +84,67 @@ impl Cost {
         }
     }
 
-    /// The total, when every response's cost is known (and there was one).
-    pub fn known(&self) -> Option<f64> {
-        (self.priced > 0 && self.unpriced == 0).then_some(self.usd)
+    /// A request admitted with `usd` reserved. A reservation still outstanding is one a killed
+    /// process never settled: it is kept, charged as an estimate.
+    pub fn reserve(&mut self, usd: f64) {
+        if let Some(unsettled) = self.outstanding_usd.replace(usd) {
+            self.charge_estimate(unsettled);
+        }
     }
+
+    /// The request in flight ended without reported usage: `usd` is its estimated cost.
+    pub fn estimate(&mut self, usd: f64) {
+        self.outstanding_usd = None;
+        self.charge_estimate(usd);
+    }
+
+    fn charge_estimate(&mut self, usd: f64) {
+        self.estimated_usd += usd;
+        self.estimated += 1;
+    }
+
+    /// Everything charged so far: reported, estimated, and the reservation outstanding. What a
+    /// hard budget is held against.
+    pub fn spent(&self) -> f64 {
+        self.usd + self.estimated_usd + self.outstanding_usd.unwrap_or(0.0)
+    }
+
+    /// The total when no response had an unknown cost: [`Cost::spent`]. An estimate in it
+    /// makes it [`Cost::is_estimated`].
+    pub fn total(&self) -> Option<f64> {
+        (self.unpriced == 0).then(|| self.spent())
+    }
+
+    /// Whether the total holds an estimate (a cut-off request, an unsettled reservation).
+    pub fn is_estimated(&self) -> bool {
+        self.estimated > 0 || self.outstanding_usd.is_some()
+    }
+
+    /// What was charged after `earlier`, a snapshot of this same ledger (one turn's cost).
+    pub fn since(&self, earlier: &Cost) -> Cost {
+        Cost {
+            usd: self.usd - earlier.usd,
+            priced: self.priced.saturating_sub(earlier.priced),
+            unpriced: self.unpriced.saturating_sub(earlier.unpriced),
+            estimated_usd: self.estimated_usd - earlier.estimated_usd,
+            estimated: self.estimated.saturating_sub(earlier.estimated),
+            outstanding_usd: self.outstanding_usd,
+        }
+    }
+
+    /// The total, when every response's cost is reported (and there was one).
+    pub fn known(&self) -> Option<f64> {
+        (self.priced > 0 && self.unpriced == 0 && !self.is_estimated()).then_some(self.usd)
+    }
+}
+
+/// One model's share of a session: its usage and its cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ModelSpend {
+    pub usage: Usage,
+    pub cost: Cost,
+    /// Responses recorded.
+    pub responses: u64,
 }
 
 /// A record that cannot apply to the session as it stands.
@@ -167,6 +236,30 @@ impl SessionState {
                 self.usage += usage;
                 self.cost.add(cost_usd);
                 self.responses += 1;
+                let m = self.cost_by_model.entry(self.model.clone()).or_default();
+                m.usage += usage;
+                m.cost.add(cost_usd);
+                m.responses += 1;
+            }
+            Record::CostReserved { usd } => {
+                self.cost.reserve(usd);
+                // A reservation is the current model's; one left unsettled by another model
+                // (a crash, then a resume on another) is settled where it was made.
+                for spend in self.cost_by_model.values_mut() {
+                    if let Some(unsettled) = spend.cost.outstanding_usd.take() {
+                        spend.cost.charge_estimate(unsettled);
+                    }
+                }
+                let m = self.cost_by_model.entry(self.model.clone()).or_default();
+                m.cost.reserve(usd);
+            }
+            Record::CostEstimated { usd } => {
+                self.cost.estimate(usd);
+                self.cost_by_model
+                    .entry(self.model.clone())
+                    .or_default()
+                    .cost
+                    .estimate(usd);
             }
             Record::CheckpointRecorded { id, .. } => self.checkpoints.push(id),
         }

@@ -570,7 +570,7 @@ impl SessionWriter {
             });
         }
         let entry = Entry {
-            v: FORMAT_VERSION,
+            v: record.since(),
             seq: self.next_seq,
             ts_ms: now_ms(),
             record: record.clone(),

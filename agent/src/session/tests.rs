@@ -136,7 +136,7 @@ fn a_newer_format_is_refused_never_half_read() {
     drop(w);
     append_line(
         &path,
-        r#"{"v":2,"seq":2,"ts_ms":1,"type":"hologram","beam":true}"#,
+        r#"{"v":3,"seq":2,"ts_ms":1,"type":"hologram","beam":true}"#,
     );
     append_line(&path, "\n");
     let err = load(&path).unwrap_err();
@@ -145,7 +145,7 @@ fn a_newer_format_is_refused_never_half_read() {
             err,
             SessionError::FutureVersion {
                 line: 2,
-                found: 2,
+                found: 3,
                 ..
             }
         ),

@@ -1,5 +1,6 @@
 mod agent_loop;
 mod bash;
+mod budget;
 mod fs_tools;
 mod golden;
 mod permissions;

@@ -96,6 +96,12 @@ pub struct Cli {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: Option<u32>,
 
+    /// A hard budget in USD for this process's model requests: each request is sent only if
+    /// its reserved cost (estimated input + the whole output limit) fits what is left, else the
+    /// turn stops `budget_exceeded` (exit 7) before spending. Needs the model's pricing.
+    #[arg(long, value_name = "USD", value_parser = usd)]
+    pub max_cost_usd: Option<f64>,
+
     /// Work in this directory instead of the current one.
     #[arg(short = 'C', long = "cwd", value_name = "DIR")]
     pub cwd: Option<PathBuf>,
@@ -232,7 +238,7 @@ pub enum AutoCommand {
         queue: AutoQueue,
         #[arg(long, value_name = "N")]
         max_sessions: Option<u32>,
-        #[arg(long, value_name = "USD")]
+        #[arg(long, value_name = "USD", value_parser = usd)]
         max_cost_usd: Option<f64>,
         #[arg(long)]
         detach: bool,
@@ -247,7 +253,7 @@ pub struct AutoSettings {
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<u32>,
     /// A hard budget in USD: a session whose reserved estimate does not fit never starts.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", value_parser = usd)]
     pub max_cost_usd: Option<f64>,
     /// The model: an alias from your config or provider:model (default: your default).
     #[arg(short, long, value_name = "MODEL")]
@@ -326,5 +332,14 @@ mod tests {
             );
         }
         assert!(help.contains("[default: default]"), "{help}");
+    }
+}
+
+/// A budget in USD from the command line: a finite, non-negative number (`0.50`, `2`).
+pub fn usd(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(_) => Err(format!("{text}: a budget is a non-negative amount of USD")),
+        Err(_) => Err(format!("{text}: not an amount of USD (write it as 0.50)")),
     }
 }

@@ -39,6 +39,9 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         Ok(s) => s,
         Err(e) => return fail_setup(cli.output_format, &e.0, exit::CONFIG),
     };
+    if let Err(e) = setup::apply_budget(&cli, &mut session) {
+        return fail_setup(cli.output_format, &e, exit::BUDGET_EXCEEDED);
+    }
     // Nobody can answer an approval here: what --permission-mode does not allow is denied,
     // and the model is told how to get it allowed.
     let policy = match setup::policy_for(&cli, &session) {
@@ -66,10 +69,12 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         session.agent.session_id().map(str::to_string),
     ));
 
+    let cost_before = session.agent.session().cost;
     let outcome = session
         .agent
         .run_turn(vec![ContentBlock::text(prompt)], cancel.clone())
         .await;
+    let cost = session.agent.session().cost.since(&cost_before);
     let final_text = session
         .agent
         .messages()
@@ -96,21 +101,21 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
             r
         }
         OutputFormat::Json => {
-            // Cost: known only with pricing; a turn that failed mid-stream may have used more
-            // than was reported, so its cost is an estimate (a lower bound), never a known 0.
-            let (cost_usd, accounting) = match session.model.pricing {
+            // Cost, from the session's ledger: known only with pricing; a request cut off
+            // before its usage was reported is charged an estimate, never a known 0, and a
+            // failed turn may have used more than was reported (a lower bound).
+            let failed = matches!(outcome, TurnOutcome::Failed { .. });
+            let (cost_usd, accounting) = match cost.total() {
                 None => (None, Accounting::Unknown),
-                Some(p) => {
-                    let failed = matches!(outcome, TurnOutcome::Failed { .. });
-                    (
-                        Some(p.cost(&summary.usage)),
-                        if failed {
-                            Accounting::Estimated
-                        } else {
-                            Accounting::Reported
-                        },
-                    )
+                Some(_)
+                    if session.model.pricing.is_none() && cost.priced + cost.estimated == 0 =>
+                {
+                    (None, Accounting::Unknown)
                 }
+                Some(total) if failed || cost.is_estimated() => {
+                    (Some(total), Accounting::Estimated)
+                }
+                Some(total) => (Some(total), Accounting::Reported),
             };
             let (error, retryable, http_status, reason) = match &outcome {
                 TurnOutcome::Failed {
@@ -118,7 +123,9 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                     retryable,
                     http_status,
                 } => (Some(error.clone()), Some(*retryable), *http_status, None),
-                TurnOutcome::ProtocolStopped { reason } => (None, None, None, Some(reason.clone())),
+                TurnOutcome::ProtocolStopped { reason } | TurnOutcome::BudgetExceeded { reason } => {
+                    (None, None, None, Some(reason.clone()))
+                }
                 _ => (None, None, None, None),
             };
             let result = HeadlessResult {
@@ -209,6 +216,7 @@ fn describe(outcome: &TurnOutcome) -> String {
             format!("stopped: the provider ended the response with '{reason}'")
         }
         TurnOutcome::Failed { error, .. } => format!("failed: {error}"),
+        TurnOutcome::BudgetExceeded { reason } => format!("stopped by the budget: {reason}"),
     }
 }
 
@@ -226,7 +234,7 @@ async fn render(
     while let Some(event) = events.recv().await {
         match &event {
             AgentEvent::StepStarted { .. } => summary.steps += 1,
-            AgentEvent::Usage { usage } => summary.usage += *usage,
+            AgentEvent::Usage { usage, .. } => summary.usage += *usage,
             _ => {}
         }
         if format == OutputFormat::StreamJson && !summary.stdout_closed {

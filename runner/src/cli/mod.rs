@@ -5,6 +5,8 @@
 pub mod approve;
 /// The command line.
 pub mod args;
+/// `/cost`: what a session spent, by model.
+pub mod cost;
 /// `anvil -p`.
 pub mod headless;
 /// Log output to a file, never to the terminal.

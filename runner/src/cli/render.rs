@@ -67,18 +67,45 @@ pub fn call_line(name: &str, args: &Value) -> String {
     ellipsize(&one_line, CALL_LINE_CHARS).into_owned()
 }
 
-pub fn usage_line(usage: &Usage, steps: u32) -> String {
+/// The line after each interactive turn: tokens, steps, and the cost when every response's
+/// was known (`None`: no response had a price, so nothing is said; never `$0`).
+pub fn usage_line(usage: &Usage, steps: u32, cost: TurnCost) -> String {
     let total_in = usage.total_input();
     let cached = if usage.cache_read > 0 {
         format!(" ({} cached)", usage.cache_read)
     } else {
         String::new()
     };
+    let cost = match cost {
+        TurnCost::Known(usd) => format!(" · {}", crate::cli::sessions::usd_label(usd)),
+        TurnCost::Unknown => " · cost n/a".to_string(),
+        TurnCost::None => String::new(),
+    };
     format!(
-        "↳ {total_in} in{cached} · {} out · {steps} step{}",
+        "↳ {total_in} in{cached} · {} out · {steps} step{}{cost}",
         usage.output,
         if steps == 1 { "" } else { "s" }
     )
+}
+
+/// What a turn's responses cost, summed from their usage events.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TurnCost {
+    /// No response yet.
+    None,
+    Known(f64),
+    /// A response of a model without pricing.
+    Unknown,
+}
+
+impl TurnCost {
+    fn add(self, cost_usd: Option<f64>) -> Self {
+        match (self, cost_usd) {
+            (TurnCost::Unknown, _) | (_, None) => TurnCost::Unknown,
+            (TurnCost::None, Some(c)) => TurnCost::Known(c),
+            (TurnCost::Known(a), Some(c)) => TurnCost::Known(a + c),
+        }
+    }
 }
 
 /// The approver's turn at the terminal: see [`Screen`].
@@ -131,6 +158,7 @@ struct Renderer<W: Write> {
     style: Style,
     at_line_start: bool,
     usage: Usage,
+    cost: TurnCost,
     steps: u32,
 }
 
@@ -177,7 +205,10 @@ impl<W: Write> Renderer<W> {
                     let _ = writeln!(out, "{}", style.dim("    …"));
                 }
             }
-            AgentEvent::Usage { usage: u } => self.usage += u,
+            AgentEvent::Usage { usage: u, cost_usd } => {
+                self.usage += u;
+                self.cost = self.cost.add(cost_usd);
+            }
             AgentEvent::ContextCleared {
                 bytes_freed,
                 before_tokens,
@@ -212,13 +243,20 @@ impl<W: Write> Renderer<W> {
                     TurnOutcome::MaxTokens => Some("(stopped: output-token limit reached)".into()),
                     TurnOutcome::Refused => Some("(the model refused)".into()),
                     TurnOutcome::ProtocolStopped { reason } => Some(format!("(stopped: {reason})")),
+                    TurnOutcome::BudgetExceeded { reason } => {
+                        Some(format!("(stopped by the budget: {reason})"))
+                    }
                 };
                 if let Some(note) = note {
                     let _ = writeln!(self.out, "{}", style.yellow(&note));
                 }
                 let _ = self.out.flush();
-                eprintln!("{}", style.dim(&usage_line(&self.usage, self.steps)));
+                eprintln!(
+                    "{}",
+                    style.dim(&usage_line(&self.usage, self.steps, self.cost))
+                );
                 self.usage = Usage::default();
+                self.cost = TurnCost::None;
                 self.steps = 0;
                 return Some(outcome);
             }
@@ -251,6 +289,7 @@ async fn render<W: Write>(
         style,
         at_line_start: true,
         usage: Usage::default(),
+        cost: TurnCost::None,
         steps: 0,
     };
     loop {
@@ -392,8 +431,17 @@ mod tests {
             cache_write: 0,
         };
         assert_eq!(
-            usage_line(&u, 2),
+            usage_line(&u, 2, TurnCost::None),
             "↳ 1000 in (900 cached) · 20 out · 2 steps"
+        );
+        let cost = TurnCost::None.add(Some(0.01)).add(Some(0.0025));
+        assert_eq!(
+            usage_line(&u, 2, cost),
+            "↳ 1000 in (900 cached) · 20 out · 2 steps · $0.0125"
+        );
+        assert_eq!(
+            usage_line(&u, 1, cost.add(None)),
+            "↳ 1000 in (900 cached) · 20 out · 1 step · cost n/a"
         );
     }
 }

@@ -22,6 +22,7 @@ Commands:
   /help           this list
   /model NAME     continue on another model (alias or provider:model)
   /compact [FOCUS]  replace the conversation by a summary (focused on FOCUS)
+  /cost           tokens, cache hit rate and USD by model; the budget left
   /sessions       this directory's sessions
   /resume ID      continue session ID here (this one stays in its file)
   /clear          start over with an empty conversation
@@ -54,6 +55,10 @@ pub fn run(cli: Cli) -> i32 {
             return exit::CONFIG;
         }
     };
+    if let Err(e) = setup::apply_budget(&cli, &mut session) {
+        eprintln!("anvil: {e}");
+        return exit::BUDGET_EXCEEDED;
+    }
     let style = Style::detect();
     let turn_token: approve::TurnToken = Default::default();
     let policy = match setup::policy_for(&cli, &session) {
@@ -270,6 +275,10 @@ fn slash_command(
             }
         }
         "help" => println!("{HELP}"),
+        "cost" => print!(
+            "{}",
+            crate::cli::cost::report(session.agent.session(), session.agent.spend_limit())
+        ),
         "clear" => {
             let _ = session.agent.set_messages(Vec::new());
             println!("{}", style.dim("(conversation cleared)"));
@@ -282,6 +291,18 @@ fn slash_command(
             ))
         ),
         "model" => match session.registry.resolve(arg) {
+            Ok(model)
+                if model.pricing.is_none()
+                    && let Some((usd, _)) = session.agent.spend_limit() =>
+            {
+                println!(
+                    "{}",
+                    style.red(&format!(
+                        "cannot switch: {}",
+                        setup::unpriced(&model.name, usd)
+                    ))
+                )
+            }
             Ok(model) => {
                 let handoff = session.agent.switch_model(
                     std::sync::Arc::clone(&model.provider),

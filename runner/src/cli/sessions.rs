@@ -166,7 +166,7 @@ fn text_block(out: &mut impl Write, marker: &str, gutter: &str, text: &str) -> s
     writeln!(out)
 }
 
-fn usd_label(usd: f64) -> String {
+pub(crate) fn usd_label(usd: f64) -> String {
     format!("${usd:.4}")
 }
 
@@ -304,7 +304,13 @@ fn render(out: &mut impl Write, entries: &[Entry], loaded: &LoadedSession) -> st
             // records add nothing to read.
             Record::ToolStarted { .. }
             | Record::ToolFinished { .. }
+            | Record::CostReserved { .. }
             | Record::CheckpointRecorded { .. } => {}
+            Record::CostEstimated { usd } => writeln!(
+                out,
+                "   · a request ended without reported usage · ~{} (estimated)\n",
+                usd_label(*usd)
+            )?,
             // Held above, until its message is shown.
             Record::Usage { .. } => {}
         }

@@ -193,6 +193,29 @@ fn build_trial(
     })
 }
 
+/// `--max-cost-usd`: holds every model request of the session to a hard budget. A model
+/// without pricing cannot be held to one, so the session is refused before anything starts,
+/// naming the model.
+pub fn apply_budget(cli: &Cli, session: &mut Session) -> Result<(), String> {
+    let Some(usd) = cli.max_cost_usd else {
+        return Ok(());
+    };
+    if session.model.pricing.is_none() {
+        return Err(unpriced(&session.model.name, usd));
+    }
+    session.agent.set_budget(usd);
+    Ok(())
+}
+
+/// Why a hard budget cannot be held on model `name`.
+pub fn unpriced(name: &str, usd: f64) -> String {
+    format!(
+        "model {name} has no pricing, so the ${usd} budget (--max-cost-usd) cannot be held; \
+         add pricing = {{ input = …, output = … }} (USD per million tokens) to [models.{name}] \
+         in your config"
+    )
+}
+
 /// Where `anvil` keeps sessions: `<data dir>/sessions/<sanitized cwd>/<id>.jsonl`.
 pub fn session_store() -> Result<SessionStore, SetupError> {
     anvil_llm::config::data_dir()

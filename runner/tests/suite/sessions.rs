@@ -663,7 +663,8 @@ async fn replay_and_resume_refuse_a_file_that_does_not_read_naming_file_and_line
     // From a newer anvil, at line 2.
     let text = String::from_utf8(original.clone()).unwrap();
     let mut newer: Vec<String> = text.lines().map(str::to_string).collect();
-    newer[1] = newer[1].replacen("\"v\":1", "\"v\":2", 1);
+    let future = anvil_agent::session::FORMAT_VERSION + 1;
+    newer[1] = newer[1].replacen("\"v\":1", &format!("\"v\":{future}"), 1);
     refused(
         &bad("newer", format!("{}\n", newer.join("\n")).as_bytes()),
         &["line 2", "newer anvil", "upgrade anvil"],
