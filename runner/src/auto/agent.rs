@@ -68,17 +68,16 @@ pub struct AgentSpec<'a> {
 }
 
 /// What a session whose `anvil -p` never reported its cost (killed at its wall-clock cap, or
-/// its worker lost) cost, read from its transcript: the sum of the responses it recorded,
-/// when each had a price. A response cut off by the kill has no usage record and is not
-/// counted (the next session's admission reserves the dearest session's cost besides); no
-/// transcript at all is no request (the child writes it before its first). `None` when the
-/// transcript does not read or a recorded response had no price.
+/// its worker lost) cost, read from its transcript's ledger: the responses it recorded, a
+/// request it saw cut off at its estimate, and a request the kill cut off at its whole
+/// reservation (kept, never forgotten). No transcript at all is no request (the child writes
+/// it before its first). `None` when the transcript does not read or a recorded response had
+/// no price.
 pub fn transcript_cost(path: &Path) -> Option<f64> {
     if !path.exists() {
         return path.parent().is_some_and(Path::is_dir).then_some(0.0);
     }
-    let loaded = anvil_agent::session::load(path).ok()?;
-    (loaded.state.cost.unpriced == 0).then_some(loaded.state.cost.usd)
+    anvil_agent::session::load(path).ok()?.state.cost.total()
 }
 
 /// Runs the agent to the end of its turn ([`child::run`], exactly as an eval trial's).

@@ -1,4 +1,5 @@
 mod auto;
+mod budget;
 mod cli;
 mod queue;
 mod sessions;
