@@ -67,19 +67,6 @@ pub struct AgentSpec<'a> {
     pub timeout: Duration,
 }
 
-/// What a session whose `anvil -p` never reported its cost (killed at its wall-clock cap, or
-/// its worker lost) cost, read from its transcript's ledger: the responses it recorded, a
-/// request it saw cut off at its estimate, and a request the kill cut off at its whole
-/// reservation (kept, never forgotten). No transcript at all is no request (the child writes
-/// it before its first). `None` when the transcript does not read or a recorded response had
-/// no price.
-pub fn transcript_cost(path: &Path) -> Option<f64> {
-    if !path.exists() {
-        return path.parent().is_some_and(Path::is_dir).then_some(0.0);
-    }
-    anvil_agent::session::load(path).ok()?.state.cost.total()
-}
-
 /// Runs the agent to the end of its turn ([`child::run`], exactly as an eval trial's).
 pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<AgentRun, AgentError> {
     let child = ChildSpec {
@@ -94,22 +81,20 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
         prompt: spec.prompt,
         permission_mode: "bypass",
         max_steps: spec.max_steps,
+        // The run's own ledger admits each session (see `run_state::Ledger`).
+        max_cost_usd: None,
         timeout: spec.timeout,
     };
     Ok(match child::run(&child, cancel).await? {
         // The wall-clock cap ends the session: counted, never success by itself.
         ChildRun::TimedOut => {
-            let cost_usd = transcript_cost(spec.transcript);
+            let (cost_usd, accounting) = child::transcript_cost(spec.transcript);
             AgentRun {
                 outcome: "session_timed_out".into(),
                 text: String::new(),
                 steps: 0,
                 cost_usd,
-                accounting: if cost_usd.is_some() {
-                    Accounting::Reported
-                } else {
-                    Accounting::Unknown
-                },
+                accounting,
                 error: None,
                 http_status: None,
             }

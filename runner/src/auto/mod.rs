@@ -152,7 +152,7 @@
 //!
 //! 1. *(done)*
 //! 2. *(done; known gaps: a dead or timed-out attempt's cost is what its transcript recorded
-//!    ([`agent::transcript_cost`]), a request cut off by the kill at its reservation; the next
+//!    ([`crate::jobs::child::transcript_cost`]), a request cut off by the kill at its reservation; the next
 //!    session's estimate is the dearest session so far; `anvil auto
 //!    cancel` of a run no worker serves ends it at once, of a running one at the worker's
 //!    next cancel poll)*

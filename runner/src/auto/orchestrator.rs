@@ -561,10 +561,11 @@ impl Orchestrator {
             if was_dead {
                 self.save_leftovers(ctx, id, row.base.as_deref()).await;
                 let transcript = ctx.dirs.transcript(id);
-                let cost_usd = blocking(move || Ok(agent::transcript_cost(&transcript)))
-                    .await
-                    .ok()
-                    .flatten();
+                let cost_usd =
+                    blocking(move || Ok(crate::jobs::child::transcript_cost(&transcript).0))
+                        .await
+                        .ok()
+                        .flatten();
                 if let Some(usd) = cost_usd {
                     self.db
                         .auto_dead_cost(&ctx.run.id, ctx.session, id.attempt, usd)

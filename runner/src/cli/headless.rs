@@ -107,9 +107,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
             let failed = matches!(outcome, TurnOutcome::Failed { .. });
             let (cost_usd, accounting) = match cost.total() {
                 None => (None, Accounting::Unknown),
-                Some(_)
-                    if session.model.pricing.is_none() && cost.priced + cost.estimated == 0 =>
-                {
+                Some(_) if session.model.pricing.is_none() && cost.priced + cost.estimated == 0 => {
                     (None, Accounting::Unknown)
                 }
                 Some(total) if failed || cost.is_estimated() => {
@@ -123,7 +121,8 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                     retryable,
                     http_status,
                 } => (Some(error.clone()), Some(*retryable), *http_status, None),
-                TurnOutcome::ProtocolStopped { reason } | TurnOutcome::BudgetExceeded { reason } => {
+                TurnOutcome::ProtocolStopped { reason }
+                | TurnOutcome::BudgetExceeded { reason } => {
                     (None, None, None, Some(reason.clone()))
                 }
                 _ => (None, None, None, None),

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anvil_agent::process::{self, ProcessSpec, Termination};
 use anvil_llm::registry::PinnedModel;
+use anvil_report::record::Accounting;
 use tokio_util::sync::CancellationToken;
 
 use crate::contract::{
@@ -39,8 +40,33 @@ pub struct ChildSpec<'a> {
     /// `--permission-mode`.
     pub permission_mode: &'a str,
     pub max_steps: u32,
+    /// `--max-cost-usd`: the child's own hard budget (a trial's cost cap or its admitted share
+    /// of the sweep's budget).
+    pub max_cost_usd: Option<f64>,
     /// The wall-clock cap; past it the child is killed and the run ends [`ChildRun::TimedOut`].
     pub timeout: Duration,
+}
+
+/// What a child whose `anvil -p` never reported its cost (killed at its wall-clock cap, or its
+/// worker lost) cost, read from its transcript's ledger: the responses it recorded, a request
+/// it saw cut off at its estimate, and a request the kill cut off at its whole reservation
+/// (kept, never forgotten). No transcript at all is no request (the child writes it before its
+/// first). Unknown when the transcript does not read or a recorded response had no price.
+pub fn transcript_cost(path: &Path) -> (Option<f64>, Accounting) {
+    if !path.exists() {
+        return match path.parent().is_some_and(Path::is_dir) {
+            true => (Some(0.0), Accounting::Reported),
+            false => (None, Accounting::Unknown),
+        };
+    }
+    match anvil_agent::session::load(path) {
+        Ok(loaded) => match loaded.state.cost.total() {
+            Some(usd) if loaded.state.cost.is_estimated() => (Some(usd), Accounting::Estimated),
+            Some(usd) => (Some(usd), Accounting::Reported),
+            None => (None, Accounting::Unknown),
+        },
+        Err(_) => (None, Accounting::Unknown),
+    }
 }
 
 /// How the child's turn ended, when it ended by itself or by the wall-clock cap: the model's
@@ -120,6 +146,10 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
     let workspace = spec.workspace.display().to_string();
     let config = spec.config_path.display().to_string();
     let max_steps = spec.max_steps.to_string();
+    let budget = spec
+        .max_cost_usd
+        .map(|usd| vec!["--max-cost-usd".to_string(), usd.to_string()])
+        .unwrap_or_default();
     let process = ProcessSpec::new(spec.anvil.display().to_string(), spec.workspace)
         .args([
             "-p",
@@ -135,6 +165,7 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
             "-C",
             &workspace,
         ])
+        .args(budget)
         .env(spec.env.to_vec())
         .timeout(spec.timeout)
         .capture(1024 * 1024, 64 * 1024);
@@ -178,7 +209,8 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
         | exit::MAX_STEPS
         | exit::MAX_TOKENS
         | exit::REFUSED
-        | exit::PROTOCOL_STOPPED => {}
+        | exit::PROTOCOL_STOPPED
+        | exit::BUDGET_EXCEEDED => {}
         // A transcript that could not be written stopped the turn: the harness's failure,
         // never the model's.
         exit::FAILED if result.session_unwritten => {

@@ -396,6 +396,7 @@ impl AgentTrials {
                 ws.path(),
                 ctx.artifacts.as_deref(),
                 &transcript,
+                task.spec.cost_cap_usd,
                 &cancel,
             )
             .await;
@@ -536,6 +537,7 @@ impl AgentTrials {
         workspace: &Path,
         artifacts: Option<&Path>,
         transcript: &Path,
+        max_cost_usd: Option<f64>,
         cancel: &CancellationToken,
     ) -> Result<Finished, TrialError> {
         let dir = workspace.parent().ok_or_else(|| TrialError::NoTrialDir {
@@ -560,19 +562,24 @@ impl AgentTrials {
             prompt: &task.spec.prompt,
             permission_mode: task.spec.permission_mode.name(),
             max_steps: task.spec.max_steps,
+            max_cost_usd,
             timeout: Duration::from_secs(task.spec.timeout_secs),
         };
         match child::run(&spec, cancel).await {
             Err(ChildError::Cancelled) => Err(TrialError::Cancelled),
             Err(e) => Err(e.into()),
             // Past the task's wall-clock cap: the model's fail, graded as `timeout`.
-            Ok(ChildRun::TimedOut) => Ok(Finished {
-                outcome: "timeout".into(),
-                steps: 0,
-                tokens: Tokens::default(),
-                cost_usd: None,
-                accounting: Accounting::Unknown,
-            }),
+            // Its cost is what its transcript's ledger holds, the request cut off included.
+            Ok(ChildRun::TimedOut) => {
+                let (cost_usd, accounting) = child::transcript_cost(transcript);
+                Ok(Finished {
+                    outcome: "timeout".into(),
+                    steps: 0,
+                    tokens: Tokens::default(),
+                    cost_usd,
+                    accounting,
+                })
+            }
             Ok(ChildRun::Finished(result)) => Ok(Finished {
                 outcome: result.outcome.as_str().to_string(),
                 steps: result.steps,

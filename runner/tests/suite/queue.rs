@@ -603,3 +603,78 @@ async fn trials_finished_before_the_pass_column_get_their_verdict() {
     }
     databases::drop_postgres(&pg_url).await;
 }
+
+/// A sweep's budget held in the queue database: concurrent admissions (as from workers on many
+/// machines) never reserve past it, a settled trial frees what it did not spend, an unknown
+/// cost keeps the whole share, and a dead attempt's reservation is kept when the trial runs
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_budget_holds_across_concurrent_workers() {
+    use anvil_runner::jobs::queue::Admission;
+    with_each_db("budget", |db| async move {
+        let keys = sweep_with(&db, "s1", &["a", "b", "c", "d"], 5, 3).await;
+        assert_eq!(
+            db.admit_trial(&keys[0], 0.3).await.unwrap(),
+            Admission::Unbudgeted
+        );
+        db.set_sweep_budget("s1", 1.0).await.unwrap();
+        // 20 trials race for 0.3 each out of $1: exactly 3 fit.
+        let admissions = futures::future::join_all(
+            keys.iter()
+                .map(|k| {
+                    let db = db.clone();
+                    let k = k.clone();
+                    tokio::spawn(async move { db.admit_trial(&k, 0.3).await.unwrap() })
+                })
+                .collect::<Vec<_>>(),
+        )
+        .await;
+        let admitted: Vec<usize> = admissions
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| *a.as_ref().unwrap() == Admission::Admitted)
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(admitted.len(), 3, "{admissions:?}");
+        let spend = db.sweep_spend("s1").await.unwrap().unwrap();
+        assert!((spend.reserved_usd - 0.9).abs() < 1e-9, "{spend:?}");
+        // One spent 0.05: the rest of its share is free again, and one more fits.
+        let (a, b, c) = (&keys[admitted[0]], &keys[admitted[1]], &keys[admitted[2]]);
+        db.settle_trial(a, Some(0.05)).await.unwrap();
+        let spend = db.sweep_spend("s1").await.unwrap().unwrap();
+        assert!((spend.spent_usd - 0.05).abs() < 1e-9, "{spend:?}");
+        assert!((spend.reserved_usd - 0.6).abs() < 1e-9, "{spend:?}");
+        // Settling twice changes nothing.
+        db.settle_trial(a, Some(0.05)).await.unwrap();
+        assert_eq!(db.sweep_spend("s1").await.unwrap().unwrap(), spend);
+        let others: Vec<&TrialKey> = keys
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !admitted.contains(i))
+            .map(|(_, k)| k)
+            .collect();
+        assert_eq!(
+            db.admit_trial(others[0], 0.3).await.unwrap(),
+            Admission::Admitted
+        );
+        assert!(matches!(
+            db.admit_trial(others[1], 0.3).await.unwrap(),
+            Admission::Refused(s) if (s.spent_usd + s.reserved_usd - 0.95).abs() < 1e-9
+        ));
+        // An unknown cost keeps the whole share as spent.
+        db.settle_trial(b, None).await.unwrap();
+        let spend = db.sweep_spend("s1").await.unwrap().unwrap();
+        assert!((spend.spent_usd - 0.35).abs() < 1e-9, "{spend:?}");
+        // c's worker died: its next attempt keeps the old reservation as spent, and reserves
+        // anew only if that fits (0.35 + 0.3 kept + 0.3 other + 0.3 > 1).
+        assert!(matches!(
+            db.admit_trial(c, 0.3).await.unwrap(),
+            Admission::Refused(_)
+        ));
+        let spend = db.sweep_spend("s1").await.unwrap().unwrap();
+        assert!((spend.spent_usd - 0.65).abs() < 1e-9, "{spend:?}");
+        assert!((spend.reserved_usd - 0.3).abs() < 1e-9, "{spend:?}");
+        assert!(spend.spent_usd + spend.reserved_usd <= spend.max_usd + 1e-9);
+    })
+    .await;
+}

@@ -10,12 +10,14 @@
 //! (sweep, task, model, trial) and every write to it is fenced by the attempt number, so a
 //! worker that lost its job (and was presumed dead) cannot overwrite a newer attempt's result.
 
+mod budget;
 mod db;
 pub(crate) mod job;
 mod location;
 mod store;
 mod watch;
 
+pub use budget::{Admission, SweepSpend};
 pub use db::Db;
 pub(crate) use db::on_pool;
 pub use job::{QUEUE_NAME, TrialJob, enqueue};
