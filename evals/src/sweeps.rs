@@ -229,6 +229,17 @@ pub struct RunArgs {
     /// The k of pass@k / pass^k in the final report.
     #[arg(short = 'k', long = "k", value_delimiter = ',', default_values_t = vec![1u32, 3])]
     pub k: Vec<u32>,
+    /// A hard budget in USD for the whole sweep, held in the queue across every worker: each
+    /// trial reserves its task's cost_cap_usd (or an even share of the budget) before its
+    /// agent runs, and runs with it as its own budget; a trial that does not fit is recorded
+    /// budget_exceeded (pass null, never a fail). Every model needs pricing.
+    #[arg(
+        long,
+        value_name = "USD",
+        value_parser = anvil_runner::cli::args::usd,
+        allow_hyphen_values = true
+    )]
+    pub max_cost_usd: Option<f64>,
     #[command(flatten)]
     pub worker: WorkerArgs,
 }
@@ -236,7 +247,8 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> Result<ExitCode> {
     // Everything is validated before anything is enqueued.
     let models = pin_models(&args.models, !args.detach)?;
-    let mut spec = SweepSpec::plan(&args.tasks, models, args.trials, args.max_attempts)?;
+    let mut spec = SweepSpec::plan(&args.tasks, models, args.trials, args.max_attempts)?
+        .with_budget(args.max_cost_usd)?;
     let trial_options = args
         .worker
         .trial_options(&QueueLocation::from_option(args.queue.as_deref())?);
@@ -254,6 +266,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     private_dir::ensure(&root).map_err(|e| anyhow!("transcripts: {e}"))?;
     spec.artifacts = Some(transcripts::artifacts(&root, &id));
     let started = sweep::start(&db, &id, &spec).await?;
+    if let Some(usd) = args.max_cost_usd {
+        db.set_sweep_budget(&id, usd).await?;
+    }
     let artifacts = match db.sweep(&id).await? {
         Some(row) => SweepSpec::from_row(&row)?.artifacts,
         None => None,
@@ -472,7 +487,9 @@ pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode
                 row.anvil_git_sha,
                 age(row.created_at_ms)
             );
-            out!("  {}", counts_line(&db.counts(id).await?));
+            let counts = db.counts(id).await?;
+            out!("  {}", counts_line(&counts));
+            out!("  {}", spend_line(&db, id, &counts).await?);
         }
         None => {
             let sweeps = db.sweeps().await?;
@@ -667,4 +684,42 @@ impl Progress {
             eprintln!();
         }
     }
+}
+
+/// A sweep's spend so far (from its finished trials' records), the total projected at the
+/// current rate per trial, and its budget when it has one. Unknown costs are said, never 0.
+async fn spend_line(db: &Db, id: &str, counts: &Counts) -> Result<String> {
+    let mut spent = 0.0;
+    let (mut known, mut unknown) = (0u64, 0u64);
+    for line in db.records(id).await? {
+        match serde_json::from_str::<anvil_report::TrialRecord>(&line) {
+            Ok(r) if r.not_admitted() => {}
+            Ok(r) => match r.cost_usd {
+                Some(c) => {
+                    spent += c;
+                    known += 1;
+                }
+                None => unknown += 1,
+            },
+            Err(_) => unknown += 1,
+        }
+    }
+    let total: u64 = counts.by_state.values().sum();
+    let mut text = format!("spend: ${spent:.4} over {known} trials");
+    if unknown > 0 {
+        text.push_str(&format!(" (+{unknown} of unknown cost)"));
+    }
+    if known > 0 {
+        let projected = spent / known as f64 * total as f64;
+        text.push_str(&format!(
+            "; projected ${projected:.4} for all {total} trials at the current rate"
+        ));
+    }
+    if let Some(budget) = db.sweep_spend(id).await? {
+        text.push_str(&format!(
+            "; budget ${}: ${:.4} settled, ${:.4} reserved by running trials",
+            budget.max_usd, budget.spent_usd, budget.reserved_usd
+        ));
+    }
+    Ok(text)
 }

@@ -91,6 +91,10 @@ pub struct ModelReport {
     /// Graded trials whose workspace changed test infrastructure: counted as fails, never as
     /// passes, and listed with their findings in [`crate::summary::Report::tampered`].
     pub tampered: u64,
+    /// Trials the sweep's budget did not admit: never run, neither fails nor infrastructure
+    /// failures (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub not_admitted: u64,
     pub metrics: Vec<MetricValue>,
     pub mean_steps: Option<f64>,
     /// Mean cost over the trials whose cost is known; `None` when none is.
@@ -120,6 +124,7 @@ pub(crate) struct ModelStats {
     pub(crate) graded: u64,
     pub(crate) infra: u64,
     pub(crate) tampered: u64,
+    pub(crate) not_admitted: u64,
     pub(crate) cost_sum: f64,
     pub(crate) cost_known: u64,
     pub(crate) cost_unknown: u64,
@@ -134,6 +139,11 @@ pub(crate) fn model_stats(trials: &Trials) -> BTreeMap<String, ModelStats> {
     let mut by_model: HashMap<u32, ModelStats> = HashMap::new();
     for r in &trials.rows {
         let s = by_model.entry(r.key.model).or_default();
+        if r.not_admitted {
+            // Never run: neither graded nor an infrastructure failure, and no cost.
+            s.not_admitted += 1;
+            continue;
+        }
         if let Some(session) = r.session {
             let result = match r.pass {
                 None => TrialResult::InfraError,
@@ -248,6 +258,7 @@ impl ModelStats {
             graded_trials: self.graded,
             infra_errors: self.infra,
             tampered: self.tampered,
+            not_admitted: self.not_admitted,
             metrics: metrics
                 .iter()
                 .map(|&m| mean_over_tasks(m, &self.per_task(m)))
@@ -270,4 +281,8 @@ fn mean_over_tasks(metric: Metric, per_task: &BTreeMap<u32, f64>) -> MetricValue
         bootstrap_ci: bootstrap_mean(&v, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED),
         tasks: v.len(),
     }
+}
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

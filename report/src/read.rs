@@ -63,7 +63,8 @@ impl Part {
                 trial: r.trial,
             };
             let tampered = r.tampered();
-            // parse_line guarantees: pass is null exactly when infra_error is set.
+            // parse_line guarantees: pass is null exactly when infra_error is set, or the trial
+            // was not admitted (which has no detail).
             let detail = match (&r.infra_error, tampered) {
                 (Some(reason), _) => Some(Detail::Infra(reason.to_string())),
                 (None, true) => Some(Detail::Tampered(r.tamper.clone())),
@@ -85,6 +86,7 @@ impl Part {
                 attempt: r.attempt,
                 pass: if tampered { Some(false) } else { r.pass },
                 tampered,
+                not_admitted: r.not_admitted(),
                 steps: r.steps,
                 cost: r.cost_usd,
                 duration_ms: r.duration_ms,

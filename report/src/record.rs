@@ -30,14 +30,29 @@
 //! - `grader_sandbox` (optional): what confined the check (`bubblewrap+seccomp`, `seatbelt`,
 //!   or `none (--unsandboxed-grading)`)
 //!
+//! Version 3 adds one case: a trial the sweep's budget (`anvil-evals run --max-cost-usd`) did
+//! not admit is recorded with `outcome` `budget_exceeded`, `pass` null and no `infra_error`:
+//! never run, neither a fail nor an infrastructure failure; reports list such trials apart.
+//! (An agent stopped by its own budget also ends `budget_exceeded`, and is graded as usual.)
+//!
 //! Version 1 is still read: it had no `workspace_path`, and its `session_path` was the kept
 //! workspace (trials kept no transcript then), so it is read as `workspace_path` with no
 //! transcript ([`TrialRecord::parse`] upgrades a version 1 line to version 2).
 
 use serde::{Deserialize, Serialize};
 
-/// The version written.
-pub const SCHEMA_VERSION: u32 = 2;
+/// The `outcome` of a trial the sweep's budget did not admit (with `pass` and `infra_error`
+/// null), and of an agent its own budget stopped (graded as usual).
+pub const BUDGET_EXCEEDED: &str = "budget_exceeded";
+
+/// Whether a record with these fields is a trial the sweep's budget did not admit.
+pub fn not_admitted(pass: Option<bool>, infra_error: bool, outcome: Option<&str>) -> bool {
+    pass.is_none() && !infra_error && outcome == Some(BUDGET_EXCEEDED)
+}
+
+/// The version written. Version 3: a trial the sweep's budget did not admit has `pass` null
+/// without an `infra_error` ([`not_admitted`]).
+pub const SCHEMA_VERSION: u32 = 3;
 /// The oldest version still read.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
@@ -145,13 +160,23 @@ impl TrialRecord {
         self.check_outcome == Some(CheckOutcome::Tampered) || !self.tamper.is_empty()
     }
 
-    /// The verdict as reports count it: `None` for an infrastructure failure, and never a
-    /// pass for a tampered trial.
+    /// The verdict as reports count it: `None` for an infrastructure failure or a trial the
+    /// sweep's budget did not admit, and never a pass for a tampered trial.
     pub fn counted_pass(&self) -> Option<bool> {
-        if self.infra_error.is_some() {
+        if self.infra_error.is_some() || self.not_admitted() {
             return None;
         }
         self.pass.map(|p| p && !self.tampered())
+    }
+
+    /// A trial the sweep's budget did not admit (version 3): never run, never graded, neither
+    /// a fail nor an infrastructure error.
+    pub fn not_admitted(&self) -> bool {
+        not_admitted(
+            self.pass,
+            self.infra_error.is_some(),
+            self.outcome.as_deref(),
+        )
     }
 }
 
@@ -219,6 +244,8 @@ pub struct RecordView<'a> {
     pub attempt: u32,
     pub pass: Option<bool>,
     #[serde(borrow, default)]
+    pub outcome: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow, default)]
     pub infra_error: Option<std::borrow::Cow<'a, str>>,
     pub steps: u32,
     pub cost_usd: Option<f64>,
@@ -242,6 +269,15 @@ pub struct RecordView<'a> {
 }
 
 impl RecordView<'_> {
+    /// A trial the sweep's budget did not admit ([`not_admitted`]).
+    pub fn not_admitted(&self) -> bool {
+        not_admitted(
+            self.pass,
+            self.infra_error.is_some(),
+            self.outcome.as_deref(),
+        )
+    }
+
     /// The trial's transcript, when the record names one (never a version 1 record's
     /// `session_path`, which was its kept workspace).
     pub fn transcript(&self) -> Option<&str> {
@@ -273,6 +309,7 @@ pub fn parse_line<'a>(
         serde_json::from_str(line).map_err(|e| err(format!("not a trial record: {e}")))?;
     check_version(view.schema_version).map_err(err)?;
     match (view.pass, &view.infra_error) {
+        (None, None) if view.schema_version >= 3 && view.not_admitted() => {}
         (None, None) => {
             return Err(err("pass is null but infra_error is not set: a trial is either graded or an infrastructure failure".into()));
         }

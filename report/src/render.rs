@@ -132,6 +132,16 @@ pub fn table(r: &Report) -> String {
             let _ = writeln!(out, "  … (all of them are in --format json)");
         }
     }
+    if r.not_admitted_total > 0 {
+        let _ = writeln!(
+            out,
+            "\nNot admitted by the sweep's budget (never run; neither fails nor infrastructure failures): {}",
+            r.not_admitted_total
+        );
+        for m in r.models.iter().filter(|m| m.not_admitted > 0) {
+            let _ = writeln!(out, "  {}: {}", m.model, m.not_admitted);
+        }
+    }
     if r.tampered_total > 0 {
         let _ = writeln!(
             out,
@@ -472,6 +482,17 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
                 e.trial,
                 esc(&e.reason)
             );
+        }
+        h.push_str("</ul>");
+    }
+    if r.not_admitted_total > 0 {
+        let _ = write!(
+            h,
+            "<h2>Not admitted by the sweep's budget ({}): never run, neither fails nor infrastructure failures</h2><ul>",
+            r.not_admitted_total
+        );
+        for m in r.models.iter().filter(|m| m.not_admitted > 0) {
+            let _ = write!(h, "<li>{}: {}</li>", esc(&m.model), m.not_admitted);
         }
         h.push_str("</ul>");
     }

@@ -43,6 +43,9 @@ pub struct Report {
     pub infra_errors: Vec<InfraError>,
     /// Tampered trials over all models (each counted as a fail).
     pub tampered_total: u64,
+    /// Trials the sweep's budget did not admit, over all models (absent when none).
+    #[serde(skip_serializing_if = "crate::aggregate::is_zero")]
+    pub not_admitted_total: u64,
     /// The first [`MAX_LISTED_TAMPERED`] tampered trials with their findings.
     pub tampered: Vec<TamperedTrial>,
     /// What the reader decided about its input (e.g. superseded attempts), for a person.
@@ -101,6 +104,7 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
         },
         infra_errors_total: stats.values().map(|s| s.infra).sum(),
         tampered_total: stats.values().map(|s| s.tampered).sum(),
+        not_admitted_total: stats.values().map(|s| s.not_admitted).sum(),
         models,
         infra_errors,
         tampered,

@@ -31,6 +31,8 @@ pub(crate) struct Row {
     /// `None`: an infrastructure failure. A tampered trial is `Some(false)`.
     pub(crate) pass: Option<bool>,
     pub(crate) tampered: bool,
+    /// Not admitted by the sweep's budget: never run, counted apart.
+    pub(crate) not_admitted: bool,
     pub(crate) steps: u32,
     pub(crate) cost: Option<f64>,
     pub(crate) duration_ms: u64,

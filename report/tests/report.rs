@@ -121,12 +121,12 @@ fn a_malformed_line_is_reported_with_its_number() {
         "{err}"
     );
     let wrong_version =
-        jsonl("alpha", &[1], None).replacen("\"schema_version\":2", "\"schema_version\":9", 1);
+        jsonl("alpha", &[1], None).replacen("\"schema_version\":3", "\"schema_version\":9", 1);
     let err = Trials::read(wrong_version.as_bytes(), "r.jsonl").unwrap_err();
     assert_eq!(err.line, 1);
     assert!(
         err.reason
-            .contains("schema_version 9 is not supported (this reporter reads versions 1 to 2)"),
+            .contains("schema_version 9 is not supported (this reporter reads versions 1 to 3)"),
         "{err}"
     );
 }
@@ -427,21 +427,21 @@ fn contradictory_records_and_impossible_costs_are_refused() {
 
 /// A version 1 record (written before trials kept transcripts) still reads: its
 /// `session_path` was the kept workspace, so it becomes `workspace_path` and names no
-/// transcript; a version above 2 is refused.
+/// transcript; a version above 3 is refused.
 #[test]
 fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused() {
     let v1 = r#"{"schema_version":1,"sweep":"s","task":"t","model":"m","trial":0,"attempt":1,"pass":true,"outcome":"done","infra_error":null,"steps":1,"tokens":{"input":1,"output":1,"cache_read":0,"cache_write":0},"cost_usd":0.5,"accounting":"reported","duration_ms":5,"session_path":"/tmp/anvil-trials/kept.t-m-0-a1-x/workspace","digests":{"task":"","repo":"","grader":"","dependencies":"","model_config":""},"anvil_git_sha":"x"}"#;
     let upgraded = TrialRecord::parse(v1, "old.jsonl", 7).unwrap();
-    assert_eq!(upgraded.schema_version, 2);
+    assert_eq!(upgraded.schema_version, SCHEMA_VERSION);
     assert_eq!(upgraded.session_path, None);
     assert_eq!(
         upgraded.workspace_path.as_deref(),
         Some("/tmp/anvil-trials/kept.t-m-0-a1-x/workspace")
     );
     assert_eq!((upgraded.pass, upgraded.steps), (Some(true), 1));
-    // Upgraded, it is a version 2 record as any other.
+    // Upgraded, it is a current record as any other.
     let line = serde_json::to_string(&upgraded).unwrap();
-    assert!(line.contains(r#""schema_version":2"#), "{line}");
+    assert!(line.contains(r#""schema_version":3"#), "{line}");
     assert_eq!(TrialRecord::parse(&line, "new.jsonl", 1).unwrap(), upgraded);
     // A v1 null session_path reads too.
     let plain = v1.replace(r#""/tmp/anvil-trials/kept.t-m-0-a1-x/workspace""#, "null");
@@ -456,7 +456,7 @@ fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused(
     );
     assert_eq!(r.models[0].graded_trials, 1);
     assert!(r.models[0].cells[0].transcripts.is_empty());
-    for version in ["3", "0"] {
+    for version in ["4", "0"] {
         let line = v1.replace(
             r#""schema_version":1"#,
             &format!(r#""schema_version":{version}"#),
@@ -465,7 +465,7 @@ fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused(
         assert_eq!(
             err.to_string(),
             format!(
-                "new.jsonl:4: schema_version {version} is not supported (this reporter reads versions 1 to 2)"
+                "new.jsonl:4: schema_version {version} is not supported (this reporter reads versions 1 to 3)"
             )
         );
         let err = Trials::read(line.as_bytes(), "new.jsonl").unwrap_err();
@@ -569,4 +569,53 @@ fn cells_link_to_their_trials_transcripts() {
     let r = report(&Trials::read_file(&results).unwrap(), &[1], None);
     assert!(r.models[0].cells.iter().all(|c| c.transcripts.is_empty()));
     assert!(!render::html(&r).contains("Transcripts"));
+}
+
+/// Version 3: a trial the sweep's budget did not admit (`budget_exceeded`, `pass` null, no
+/// infra error) is listed apart, neither a fail nor an infrastructure failure; the same
+/// record as version 2, or with another outcome, is refused as contradicting itself.
+#[test]
+fn a_trial_not_admitted_is_counted_apart_never_as_a_fail() {
+    let mut text = jsonl("alpha", &[1, 0], None);
+    let not_admitted = text
+        .lines()
+        .next()
+        .unwrap()
+        .replace(r#""pass":true"#, r#""pass":null"#)
+        .replace(r#""outcome":"done""#, r#""outcome":"budget_exceeded""#)
+        .replace(r#""trial":0"#, r#""trial":7"#);
+    assert!(not_admitted.contains(r#""pass":null"#), "{not_admitted}");
+    let parsed = TrialRecord::parse(&not_admitted, "r.jsonl", 1).unwrap();
+    assert!(parsed.not_admitted() && parsed.counted_pass().is_none());
+    text.push_str(&not_admitted);
+    text.push('\n');
+    let r = report(
+        &Trials::read(text.as_bytes(), "r.jsonl").unwrap(),
+        &[1],
+        None,
+    );
+    assert_eq!(r.not_admitted_total, 1);
+    assert_eq!(r.infra_errors_total, 0);
+    let graded_before = report(
+        &Trials::read(jsonl("alpha", &[1, 0], None).as_bytes(), "r.jsonl").unwrap(),
+        &[1],
+        None,
+    );
+    assert_eq!(
+        r.models[0].graded_trials,
+        graded_before.models[0].graded_trials
+    );
+    assert_eq!(r.models[0].metrics, graded_before.models[0].metrics);
+    let table = render::table(&r);
+    assert!(
+        table.contains("Not admitted by the sweep's budget"),
+        "{table}"
+    );
+    for bad in [
+        not_admitted.replace(r#""schema_version":3"#, r#""schema_version":2"#),
+        not_admitted.replace("budget_exceeded", "done"),
+    ] {
+        let err = Trials::read(format!("{bad}\n").as_bytes(), "r.jsonl").unwrap_err();
+        assert!(err.reason.contains("pass is null"), "{err}");
+    }
 }

@@ -476,13 +476,26 @@ on_both_databases!(
 async fn bad_input_enqueues_nothing() {
     let server = model_server(Duration::ZERO).await;
     let s = setup(&server, false, &["t1"]).await;
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--models", "good,nosuch"], "'nosuch'"),
         (
             &["--models", "good", "--trials", "0"],
             "--trials must be at least 1",
         ),
         (&["--models", "good,good"], "names 'good' twice"),
+        // A hard budget needs every model's pricing, and is an amount of USD.
+        (
+            &["--models", "good,bad", "--max-cost-usd", "1"],
+            "model bad has no pricing",
+        ),
+        (
+            &["--models", "good", "--max-cost-usd", "-1"],
+            "--max-cost-usd",
+        ),
+        (
+            &["--models", "good", "--max-cost-usd", "lots"],
+            "--max-cost-usd",
+        ),
     ];
     for (extra, expected) in cases {
         let mut c = s.command(&[
@@ -776,3 +789,87 @@ async fn kept_workspaces_survive_later_runs_until_cleaned() {
     assert!(workspaces.join("templates").is_dir(), "templates stay");
     s.cleanup().await;
 }
+
+/// `anvil-evals run --max-cost-usd`: the budget is held in the queue. Each trial reserves its
+/// task's cost cap before its agent runs; with room for one cap (and the first trial's
+/// spend), the second trial is not admitted: recorded `budget_exceeded` with `pass` null and
+/// no infrastructure error, listed apart in the report, never counted as a fail.
+async fn a_sweep_budget_admits_what_fits(postgres: bool) {
+    let server = model_server(Duration::ZERO).await;
+    let s = setup(&server, postgres, &["t1", "t2"]).await;
+    for t in ["t1", "t2"] {
+        let path = s.tasks.join(t).join("task.toml");
+        let toml = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(
+            &path,
+            toml.replace("max_steps = 5\n", "max_steps = 5\ncost_cap_usd = 0.2\n"),
+        )
+        .unwrap();
+    }
+    let mut args = s.run_args("budget");
+    args.retain(|a| a != "good,bad");
+    let at = args.iter().position(|a| a == "--models").unwrap();
+    args.insert(at + 1, "good".into());
+    // Room for one trial's cap, not for a second one's after the first spent $0.00045.
+    args.extend(
+        [
+            "--trials",
+            "1",
+            "--concurrency",
+            "1",
+            "--max-cost-usd",
+            "0.2002",
+        ]
+        .map(String::from),
+    );
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("Not admitted by the sweep's budget"),
+        "{}",
+        text(&out)
+    );
+
+    let recs = records(&s, "budget");
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    let (ran, refused): (Vec<&Value>, Vec<&Value>) =
+        recs.iter().partition(|r| r["outcome"] == "done");
+    assert_eq!((ran.len(), refused.len()), (1, 1), "{recs:#?}");
+    assert_eq!(ran[0]["pass"], true, "{recs:#?}");
+    let refused = refused[0];
+    assert_eq!(refused["outcome"], "budget_exceeded", "{refused}");
+    assert!(refused["pass"].is_null(), "{refused}");
+    assert!(refused["infra_error"].is_null(), "{refused}");
+    assert_eq!(refused["schema_version"], 3, "{refused}");
+
+    let out = output(s.command(&["report", "--sweep", "budget", "--format", "json"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["not_admitted_total"], 1, "{report:#}");
+    assert_eq!(report["infra_errors_total"], 0, "{report:#}");
+    assert_eq!(report["models"][0]["graded_trials"], 1, "{report:#}");
+
+    // The ledger settled the trial that ran at its reported cost; nothing stays reserved.
+    let db = s.db().await;
+    let spend = db.sweep_spend("budget").await.unwrap().unwrap();
+    assert!((spend.spent_usd - 0.00045).abs() < 1e-9, "{spend:?}");
+    assert!(spend.reserved_usd.abs() < 1e-9, "{spend:?}");
+    db.close().await;
+    let out = output(s.command(&["status", "--sweep", "budget"]));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let status = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        status.contains("spend: $0.0004 over 1 trials")
+            && status.contains("projected $0.0009 for all 2 trials")
+            && status.contains("budget $0.2002"),
+        "{status}"
+    );
+    s.cleanup().await;
+}
+
+on_both_databases!(
+    sweep_budget_sqlite,
+    sweep_budget_postgres,
+    a_sweep_budget_admits_what_fits
+);

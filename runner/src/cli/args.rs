@@ -99,7 +99,7 @@ pub struct Cli {
     /// A hard budget in USD for this process's model requests: each request is sent only if
     /// its reserved cost (estimated input + the whole output limit) fits what is left, else the
     /// turn stops `budget_exceeded` (exit 7) before spending. Needs the model's pricing.
-    #[arg(long, value_name = "USD", value_parser = usd)]
+    #[arg(long, value_name = "USD", value_parser = usd, allow_hyphen_values = true)]
     pub max_cost_usd: Option<f64>,
 
     /// Work in this directory instead of the current one.
@@ -238,7 +238,7 @@ pub enum AutoCommand {
         queue: AutoQueue,
         #[arg(long, value_name = "N")]
         max_sessions: Option<u32>,
-        #[arg(long, value_name = "USD", value_parser = usd)]
+        #[arg(long, value_name = "USD", value_parser = usd, allow_hyphen_values = true)]
         max_cost_usd: Option<f64>,
         #[arg(long)]
         detach: bool,
@@ -253,7 +253,7 @@ pub struct AutoSettings {
     #[arg(long, value_name = "N")]
     pub max_sessions: Option<u32>,
     /// A hard budget in USD: a session whose reserved estimate does not fit never starts.
-    #[arg(long, value_name = "USD", value_parser = usd)]
+    #[arg(long, value_name = "USD", value_parser = usd, allow_hyphen_values = true)]
     pub max_cost_usd: Option<f64>,
     /// The model: an alias from your config or provider:model (default: your default).
     #[arg(short, long, value_name = "MODEL")]

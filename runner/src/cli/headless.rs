@@ -188,10 +188,11 @@ fn fail_setup(format: OutputFormat, error: &str, code: i32) -> i32 {
         OutputFormat::Text => eprintln!("anvil: {error}"),
         OutputFormat::Json | OutputFormat::StreamJson => {
             let failure = HeadlessFailure {
-                outcome: if code == exit::CONFIG {
-                    SetupOutcome::ConfigError
-                } else {
+                // A hard budget on a model without pricing (exit 7) is a configuration error.
+                outcome: if code == exit::USAGE {
                     SetupOutcome::UsageError
+                } else {
+                    SetupOutcome::ConfigError
                 },
                 error: error.to_string(),
             };

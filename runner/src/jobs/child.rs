@@ -146,26 +146,27 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
     let workspace = spec.workspace.display().to_string();
     let config = spec.config_path.display().to_string();
     let max_steps = spec.max_steps.to_string();
-    let budget = spec
-        .max_cost_usd
-        .map(|usd| vec!["--max-cost-usd".to_string(), usd.to_string()])
-        .unwrap_or_default();
+    let mut args: Vec<String> = [
+        "-p",
+        spec.prompt,
+        "--pinned-config",
+        &config,
+        "--output-format",
+        "json",
+        "--permission-mode",
+        spec.permission_mode,
+        "--max-steps",
+        &max_steps,
+        "-C",
+        &workspace,
+    ]
+    .map(String::from)
+    .to_vec();
+    if let Some(usd) = spec.max_cost_usd {
+        args.extend(["--max-cost-usd".to_string(), usd.to_string()]);
+    }
     let process = ProcessSpec::new(spec.anvil.display().to_string(), spec.workspace)
-        .args([
-            "-p",
-            spec.prompt,
-            "--pinned-config",
-            &config,
-            "--output-format",
-            "json",
-            "--permission-mode",
-            spec.permission_mode,
-            "--max-steps",
-            &max_steps,
-            "-C",
-            &workspace,
-        ])
-        .args(budget)
+        .args(args)
         .env(spec.env.to_vec())
         .timeout(spec.timeout)
         .capture(1024 * 1024, 64 * 1024);

@@ -48,6 +48,11 @@ pub struct SweepSpec {
     /// transcripts (their workers use their own rule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifacts: Option<PathBuf>,
+    /// The sweep's hard budget in USD (`anvil-evals run --max-cost-usd`), held in the queue
+    /// database across every worker ([`crate::jobs::queue::Admission`]). Not part of the
+    /// [`fingerprint`](SweepSpec::fingerprint): a resumed sweep may be given another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cost_usd: Option<f64>,
 }
 
 /// A model of a sweep, pinned.
@@ -111,6 +116,11 @@ pub enum SweepError {
     Changed { sweep: String, difference: String },
     #[error("sweep {sweep} was cancelled; start a new sweep with another --sweep id")]
     Cancelled { sweep: String },
+    #[error(
+        "model {model} has no pricing, so {why} cannot be held; add pricing = {{ input = …, \
+         output = … }} (USD per million tokens) to [models.{model}] in your config"
+    )]
+    Unpriced { model: String, why: String },
     #[error(transparent)]
     Queue(#[from] QueueError),
 }
@@ -173,6 +183,15 @@ impl SweepSpec {
         let mut tasks = Vec::new();
         for dir in dirs {
             let task = Task::load(&dir)?;
+            // A task's cost cap is a hard budget for each trial: every model needs pricing.
+            if let Some(cap) = task.spec.cost_cap_usd
+                && let Some(m) = pinned.iter().find(|m| m.pricing.is_none())
+            {
+                return Err(SweepError::Unpriced {
+                    model: m.name.clone(),
+                    why: format!("task {}'s cost_cap_usd = {cap}", task.spec.name),
+                });
+            }
             let dir = std::fs::canonicalize(&task.dir).unwrap_or(task.dir.clone());
             let digests = digest::of_task(&task).map_err(|source| SweepError::Digest {
                 dir: dir.clone(),
@@ -195,7 +214,35 @@ impl SweepSpec {
             trials,
             max_attempts,
             artifacts: None,
+            max_cost_usd: None,
         })
+    }
+
+    /// Holds the sweep to a hard budget of `usd` (every model needs pricing).
+    pub fn with_budget(mut self, usd: Option<f64>) -> Result<SweepSpec, SweepError> {
+        if let Some(usd) = usd {
+            if let Some((name, _)) = self
+                .model_configs
+                .iter()
+                .find(|(_, m)| m.config.pricing.is_none())
+            {
+                return Err(SweepError::Unpriced {
+                    model: name.clone(),
+                    why: format!("the sweep's ${usd} budget (--max-cost-usd)"),
+                });
+            }
+        }
+        self.max_cost_usd = usd;
+        Ok(self)
+    }
+
+    /// What one trial reserves of the sweep's budget, and runs with as its own: the task's
+    /// `cost_cap_usd`, or else an even share of the budget over every trial of the sweep.
+    /// `None` without a sweep budget.
+    pub fn trial_share(&self, task_cap: Option<f64>) -> Option<f64> {
+        let max = self.max_cost_usd?;
+        let trials = self.tasks.len() as f64 * self.models.len() as f64 * f64::from(self.trials);
+        Some(task_cap.unwrap_or(max / trials.max(1.0)))
     }
 
     /// What a resumed sweep must match: tasks with their digests, models and trials.
@@ -441,6 +488,7 @@ mod tests {
             trials: 3,
             max_attempts: 3,
             artifacts: None,
+            max_cost_usd: None,
         }
     }
 

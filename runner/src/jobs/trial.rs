@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::contract::TrialConfig;
 use crate::jobs::child::{self, ChildError, ChildRun, ChildSpec};
-use crate::jobs::queue::{Db, QueueError, TrialJob};
+use crate::jobs::queue::{Admission, Db, QueueError, TrialJob};
 use crate::jobs::sweep::{ANVIL_GIT_SHA, PinnedError, SweepError, SweepSpec};
 use crate::jobs::transcripts;
 use crate::jobs::worker::{TrialEnd, TrialHandler};
@@ -155,6 +155,9 @@ struct SweepContext {
     tasks: HashMap<String, Result<Arc<LocalTask>, LocalTaskError>>,
     /// Each model's pinned configuration, or why the sweep has none usable.
     models: HashMap<String, Result<Arc<PinnedModel>, PinnedError>>,
+    /// Trials in the sweep: a trial of a task without a cost cap reserves an even share of
+    /// the sweep's budget.
+    trials: usize,
 }
 
 /// The real trial handler.
@@ -234,6 +237,7 @@ impl AgentTrials {
             artifacts,
             tasks,
             models,
+            trials: spec.tasks.len() * spec.models.len() * spec.trials as usize,
         });
         if let Ok(mut map) = self.sweeps.lock() {
             map.insert(sweep.to_string(), ctx.clone());
@@ -372,6 +376,87 @@ impl AgentTrials {
         if let Some(reason) = self.unsupported(&model) {
             return Self::infra(job, attempt, digests, reason);
         }
+        // The trial's budget: its share of the sweep's, admitted in the queue database before
+        // anything runs (a trial not admitted is recorded `budget_exceeded`, never graded), or
+        // else the task's cost cap.
+        let key = job.key();
+        let max_cost_usd = match self.db.sweep_spend(&job.sweep).await {
+            Err(e) => return Self::infra(job, attempt, digests, e.into()),
+            Ok(None) => task.spec.cost_cap_usd,
+            Ok(Some(spend)) => {
+                let share = task
+                    .spec
+                    .cost_cap_usd
+                    .unwrap_or(spend.max_usd / ctx.trials.max(1) as f64);
+                match self.db.admit_trial(&key, share).await {
+                    Err(e) => return Self::infra(job, attempt, digests, e.into()),
+                    Ok(Admission::Refused(spend)) => {
+                        let mut record = Self::base_record(job, attempt, digests);
+                        record.outcome = Some(anvil_report::record::BUDGET_EXCEEDED.to_string());
+                        record.cost_usd = Some(0.0);
+                        record.accounting = Accounting::Reported;
+                        record.duration_ms = started.elapsed().as_millis() as u64;
+                        tracing::info!(
+                            trial = %key,
+                            share,
+                            spent = spend.spent_usd,
+                            reserved = spend.reserved_usd,
+                            max = spend.max_usd,
+                            "trial not admitted: its share does not fit the sweep's budget"
+                        );
+                        return TrialEnd::Graded(record);
+                    }
+                    Ok(Admission::Admitted | Admission::Unbudgeted) => Some(share),
+                }
+            }
+        };
+        let end = self
+            .run_admitted(
+                job,
+                attempt,
+                &ctx,
+                &local,
+                &model,
+                max_cost_usd,
+                cancel,
+                started,
+            )
+            .await;
+        // The reservation is settled with what the trial cost: the child's report, or its
+        // transcript's ledger when it reported none (unknown keeps the whole share as spent).
+        let cost = match &end {
+            TrialEnd::Graded(record) if record.accounting != Accounting::Unknown => record.cost_usd,
+            _ => {
+                let artifacts = Self::transcript_dir(&ctx, job).ok();
+                artifacts.and_then(|a| {
+                    child::transcript_cost(&transcripts::transcript(
+                        &a, &job.task, &job.model, job.trial, attempt,
+                    ))
+                    .0
+                })
+            }
+        };
+        if let Err(e) = self.db.settle_trial(&key, cost).await {
+            tracing::warn!(trial = %key, "cannot settle the trial's budget reservation: {e}");
+        }
+        end
+    }
+
+    /// [`AgentTrials::run_trial`] once the trial is admitted: workspace, agent, grade.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_admitted(
+        &self,
+        job: &TrialJob,
+        attempt: u32,
+        ctx: &SweepContext,
+        local: &LocalTask,
+        model: &PinnedModel,
+        max_cost_usd: Option<f64>,
+        cancel: CancellationToken,
+        started: Instant,
+    ) -> TrialEnd {
+        let digests = Some(&local.digests);
+        let task = &local.task;
         // A worker killed mid-trial leaves its workspace; whoever runs next clears it.
         self.workspaces.remove_stale();
         let label = format!("{}-{}-{}-a{attempt}", job.task, job.model, job.trial);
@@ -382,7 +467,7 @@ impl AgentTrials {
             Ok(ws) => ws,
             Err(e) => return Self::infra(job, attempt, digests, e.into()),
         };
-        let transcript = match Self::transcript_dir(&ctx, job) {
+        let transcript = match Self::transcript_dir(ctx, job) {
             Ok(artifacts) => {
                 transcripts::transcript(&artifacts, &job.task, &job.model, job.trial, attempt)
             }
@@ -392,11 +477,11 @@ impl AgentTrials {
         let agent = self
             .run_agent(
                 task,
-                &model,
+                model,
                 ws.path(),
                 ctx.artifacts.as_deref(),
                 &transcript,
-                task.spec.cost_cap_usd,
+                max_cost_usd,
                 &cancel,
             )
             .await;
