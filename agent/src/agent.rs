@@ -28,6 +28,7 @@ use anvil_llm::{
 use futures::StreamExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::approval::{ApprovalDecision, ApprovalRequest, Approver};
 use crate::context::{ContextBudget, ContextTracker};
@@ -286,13 +287,14 @@ impl Agent {
     }
 
     /// Records one response's usage, with its cost when the model's pricing is known (settling
-    /// the request's reservation), and tells the front end.
-    async fn commit_usage(&mut self, usage: anvil_llm::Usage) {
+    /// the request's reservation), and tells the front end. Returns the cost.
+    async fn commit_usage(&mut self, usage: anvil_llm::Usage) -> Option<f64> {
         let cost_usd = self.pricing.map(|p| p.cost(&usage));
         self.commit_or_note(Record::Usage { usage, cost_usd });
         self.events
             .send(AgentEvent::Usage { usage, cost_usd })
             .await;
+        cost_usd
     }
 
     /// Admits a request of about `input_tokens` with `max_output`: under a hard budget its
@@ -330,11 +332,29 @@ impl Agent {
         Ok(Some(reservation))
     }
 
-    /// Settles a request's reservation that got no reported usage (it failed or was cancelled):
-    /// charged its input part as an estimate, never a known 0.
-    fn settle_unreported(&mut self, reservation: Option<anvil_llm::cost::Reservation>) {
+    /// After a request: a response that got no reported usage (it failed or was cancelled)
+    /// settles its reservation with its input part as an estimate, never a known 0; a
+    /// response's usage settles it in [`Agent::commit_usage`].
+    fn settle(
+        &mut self,
+        chat: &tracing::Span,
+        reservation: Option<anvil_llm::cost::Reservation>,
+        sampled: &Result<Option<anvil_llm::Completion>, LlmError>,
+    ) {
+        if let Some(r) = reservation {
+            chat.record("anvil.reserved_usd", r.usd);
+        }
+        if matches!(sampled, Ok(Some(_))) {
+            return;
+        }
+        match sampled {
+            Err(e) => chat.record("error.type", e.kind().as_str()),
+            _ => chat.record("error.type", "cancelled"),
+        };
         if let Some(r) = reservation {
             self.commit_or_note(Record::CostEstimated { usd: r.input_usd });
+            chat.record("anvil.cost_usd", r.input_usd);
+            chat.record("anvil.cost.accounting", "estimated");
         }
     }
 
@@ -432,7 +452,12 @@ impl Agent {
         cancel: CancellationToken,
     ) -> TurnOutcome {
         self.unwritten = None;
-        let mut outcome = self.turn(input, &cancel).await;
+        let span = crate::telemetry::invoke_agent(
+            self.provider.name(),
+            &self.request.model,
+            self.session_id(),
+        );
+        let mut outcome = self.turn(input, &cancel).instrument(span.clone()).await;
         if let Some(e) = self.unwritten.take() {
             outcome = TurnOutcome::Failed {
                 error: format!("the session could not be written, so the turn stopped: {e}"),
@@ -440,6 +465,7 @@ impl Agent {
                 http_status: None,
             };
         }
+        span.record("anvil.outcome", outcome.name());
         self.events
             .send(AgentEvent::TurnFinished {
                 outcome: outcome.clone(),
@@ -474,7 +500,8 @@ impl Agent {
             if cancel.is_cancelled() {
                 return TurnOutcome::Cancelled;
             }
-            match self.step(step, cancel).await {
+            let span = crate::telemetry::step(step);
+            match self.step(step, cancel).instrument(span).await {
                 Step::Continue => {}
                 Step::Finished(outcome) => return outcome,
             }
@@ -495,10 +522,22 @@ impl Agent {
             Ok(r) => r,
             Err(reason) => return Step::Finished(TurnOutcome::BudgetExceeded { reason }),
         };
-        let sampled = self.sample(cancel).await;
-        if !matches!(sampled, Ok(Some(_))) {
-            self.settle_unreported(reservation);
-        }
+        let chat = crate::telemetry::chat(
+            self.provider.name(),
+            &self.request.model,
+            self.request.max_tokens,
+        );
+        let sampled = stream_completion(
+            &*self.provider,
+            &self.request,
+            &mut self.events,
+            cancel,
+            true,
+            &chat,
+        )
+        .instrument(chat.clone())
+        .await;
+        self.settle(&chat, reservation, &sampled);
         let completion = match sampled {
             Ok(Some(c)) => c,
             Ok(None) => return Step::Finished(TurnOutcome::Cancelled),
@@ -521,7 +560,9 @@ impl Agent {
         };
         let mut message = completion.message;
         self.mint_unique_ids(&mut message);
-        self.commit_usage(completion.usage).await;
+        let cost_usd = self.commit_usage(completion.usage).await;
+        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd);
+        drop(chat);
 
         let abnormal = match &completion.finish {
             FinishReason::EndTurn | FinishReason::ToolUse => None,
@@ -564,22 +605,6 @@ impl Agent {
             return Step::Finished(TurnOutcome::Cancelled);
         }
         Step::Continue
-    }
-
-    /// Streams one response, forwarding deltas. `Ok(None)` when cancelled (the partial
-    /// response is dropped).
-    async fn sample(
-        &mut self,
-        cancel: &CancellationToken,
-    ) -> Result<Option<anvil_llm::Completion>, LlmError> {
-        stream_completion(
-            &*self.provider,
-            &self.request,
-            &mut self.events,
-            cancel,
-            true,
-        )
-        .await
     }
 
     /// Makes room before a request: past the budget's hard threshold the conversation is
@@ -646,17 +671,25 @@ impl Agent {
             Ok(r) => r,
             Err(reason) => return Err(format!("the summary request was not sent: {reason}")),
         };
-        let sampled =
-            stream_completion(&*self.provider, &request, &mut self.events, cancel, false).await;
-        if !matches!(sampled, Ok(Some(_))) {
-            self.settle_unreported(reservation);
-        }
+        let chat = crate::telemetry::chat(self.provider.name(), &request.model, request.max_tokens);
+        let sampled = stream_completion(
+            &*self.provider,
+            &request,
+            &mut self.events,
+            cancel,
+            false,
+            &chat,
+        )
+        .instrument(chat.clone())
+        .await;
+        self.settle(&chat, reservation, &sampled);
         let completion = match sampled {
             Ok(Some(c)) => c,
             Ok(None) => return Err("cancelled".into()),
             Err(e) => return Err(format!("the summary request failed: {e}")),
         };
-        self.commit_usage(completion.usage).await;
+        let cost_usd = self.commit_usage(completion.usage).await;
+        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd);
         if !completion.is_committed() {
             return Err(format!(
                 "the summary did not finish ({})",
@@ -944,14 +977,19 @@ impl Agent {
 const KEEP_STEPS: usize = 3;
 
 /// Streams one response to `request`, forwarding text and reasoning deltas when `forward`.
-/// `Ok(None)` when cancelled (the partial response is dropped).
+/// `Ok(None)` when cancelled (the partial response is dropped). Records on `chat`, the
+/// request's span (the caller runs it in that span), the time to the first token (text,
+/// reasoning or a tool call).
 async fn stream_completion(
     provider: &dyn Provider,
     request: &ChatRequest,
     events: &mut EventSink,
     cancel: &CancellationToken,
     forward: bool,
+    chat: &tracing::Span,
 ) -> Result<Option<anvil_llm::Completion>, LlmError> {
+    let started = std::time::Instant::now();
+    let mut first_token = true;
     let mut stream = tokio::select! {
         biased;
         _ = cancel.cancelled() => return Ok(None),
@@ -966,6 +1004,17 @@ async fn stream_completion(
         };
         let Some(event) = event else { break };
         let event = event?;
+        if first_token
+            && matches!(
+                event,
+                StreamEvent::TextDelta { .. }
+                    | StreamEvent::ReasoningDelta { .. }
+                    | StreamEvent::ToolCallStart { .. }
+            )
+        {
+            first_token = false;
+            chat.record("anvil.ttft_ms", started.elapsed().as_secs_f64() * 1000.0);
+        }
         if forward {
             match &event {
                 StreamEvent::TextDelta { text, .. } => {

@@ -44,6 +44,22 @@ pub enum TurnOutcome {
     },
 }
 
+impl TurnOutcome {
+    /// The outcome's name, as in JSON (`done`, `max_steps`, …, `budget_exceeded`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            TurnOutcome::Done => "done",
+            TurnOutcome::MaxSteps => "max_steps",
+            TurnOutcome::MaxTokens => "max_tokens",
+            TurnOutcome::Refused => "refused",
+            TurnOutcome::Cancelled => "cancelled",
+            TurnOutcome::ProtocolStopped { .. } => "protocol_stopped",
+            TurnOutcome::BudgetExceeded { .. } => "budget_exceeded",
+            TurnOutcome::Failed { .. } => "failed",
+        }
+    }
+}
+
 /// A UI-agnostic notification from the agent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]

@@ -31,6 +31,8 @@ pub mod secrets;
 /// Sessions as append-only JSONL: records, the reducer, the store.
 pub mod session;
 /// Tool, TypedTool, effects and cancellation behaviour.
+/// The agent's spans, after the OpenTelemetry GenAI semantic conventions.
+pub mod telemetry;
 pub mod tool;
 /// The native tools.
 pub mod tools;

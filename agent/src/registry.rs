@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use tracing::Instrument;
 
 use anvil_llm::text::{Keep, Limit};
 use anvil_llm::{ContentBlock, ToolSpec};
@@ -106,7 +107,9 @@ impl ToolRegistry {
         args: &Value,
         ctx: &ToolContext,
     ) -> ContentBlock {
-        let (text, is_error) = self.run(name, args, ctx).await;
+        let span = crate::telemetry::execute_tool(name, call_id);
+        let (text, is_error) = self.run(name, args, ctx).instrument(span.clone()).await;
+        span.record("anvil.is_error", is_error);
         let text = truncate_middle(&self.redactor.redact(&text), self.max_output_chars);
         ContentBlock::tool_result(call_id, text, is_error)
     }

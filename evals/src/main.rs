@@ -183,6 +183,8 @@ fn read_trials(path: &Path, options: ReadOptions) -> Result<Trials, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Held to the end of main (which returns, so it is dropped and the log flushed).
+    let _log = anvil_runner::logging::init("anvil-evals", Some("info"));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

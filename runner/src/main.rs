@@ -5,7 +5,7 @@ use clap::error::ErrorKind;
 
 use anvil_runner::cli::Cli;
 use anvil_runner::cli::args::Command;
-use anvil_runner::cli::{headless, logging, repl, sessions};
+use anvil_runner::cli::{headless, repl, sessions};
 use anvil_runner::exit;
 
 fn main() {
@@ -20,13 +20,14 @@ fn main() {
             std::process::exit(code);
         }
     };
-    logging::init();
+    let log = anvil_runner::logging::init("anvil", None);
     let code = match (&cli.command, cli.print.clone()) {
         (Some(Command::Sessions { all }), _) => sessions::list(&cli, *all),
         (Some(Command::Replay { session, format }), _) => sessions::replay(&cli, session, *format),
         (Some(Command::Auto { command }), _) => anvil_runner::auto::cli::main(command),
         (None, prompt) => run(cli, prompt),
     };
+    drop(log); // flushes the log: exit runs no destructors
     std::process::exit(code);
 }
 

@@ -9,8 +9,6 @@ pub mod args;
 pub mod cost;
 /// `anvil -p`.
 pub mod headless;
-/// Log output to a file, never to the terminal.
-pub mod logging;
 /// The interactive renderer.
 pub mod render;
 /// The interactive session.

@@ -23,6 +23,7 @@ use anvil_report::record::{
     Accounting, CheckOutcome, Digests, SCHEMA_VERSION, TamperFinding, Tokens, TrialRecord,
 };
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::contract::TrialConfig;
 use crate::jobs::child::{self, ChildError, ChildRun, ChildSpec};
@@ -460,12 +461,15 @@ impl AgentTrials {
         // A worker killed mid-trial leaves its workspace; whoever runs next clears it.
         self.workspaces.remove_stale();
         let label = format!("{}-{}-{}-a{attempt}", job.task, job.model, job.trial);
-        let ws = match self
-            .workspaces
-            .prepare(&task.repo(), &local.digests.repo, &label)
-        {
-            Ok(ws) => ws,
-            Err(e) => return Self::infra(job, attempt, digests, e.into()),
+        let ws = {
+            let _span = tracing::info_span!("workspace").entered();
+            match self
+                .workspaces
+                .prepare(&task.repo(), &local.digests.repo, &label)
+            {
+                Ok(ws) => ws,
+                Err(e) => return Self::infra(job, attempt, digests, e.into()),
+            }
         };
         let transcript = match Self::transcript_dir(ctx, job) {
             Ok(artifacts) => {
@@ -484,6 +488,10 @@ impl AgentTrials {
                 max_cost_usd,
                 &cancel,
             )
+            .instrument(tracing::info_span!(
+                "agent",
+                anvil.max_cost_usd = max_cost_usd
+            ))
             .await;
         let agent_ms = agent_started.elapsed().as_millis() as u64;
         let mut record = Self::base_record(job, attempt, digests);
@@ -504,7 +512,9 @@ impl AgentTrials {
         if cancel.is_cancelled() {
             return TrialEnd::Cancelled;
         }
-        let graded = grade(task, ws.path(), &self.options.grade).await;
+        let graded = grade(task, ws.path(), &self.options.grade)
+            .instrument(tracing::info_span!("grade"))
+            .await;
         record.duration_ms = started.elapsed().as_millis() as u64;
         record.check_ms = Some(graded.duration_ms);
         let kept = if self.options.keep_workspaces {

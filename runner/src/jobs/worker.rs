@@ -22,6 +22,7 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 use anvil_llm::retry::Backoff;
 use anvil_report::TrialRecord;
@@ -189,7 +190,23 @@ impl Shared {
             cancel.clone(),
             self.options.cancel_poll,
         ));
-        let end = tokio::time::timeout(budget, self.handler.run(&job, attempt, cancel)).await;
+        // One span per trial attempt: the workspace, agent and grade spans nest in it.
+        let span = tracing::info_span!(
+            "trial",
+            otel.name = %format_args!("trial {key}"),
+            anvil.sweep = %job.sweep,
+            anvil.task = %job.task,
+            gen_ai.request.model = %job.model,
+            anvil.trial = job.trial,
+            anvil.attempt = attempt,
+            anvil.outcome = tracing::field::Empty,
+            anvil.pass = tracing::field::Empty,
+            anvil.cost_usd = tracing::field::Empty,
+        );
+        tracing::info!(parent: &span, "trial started");
+        let end = tokio::time::timeout(budget, self.handler.run(&job, attempt, cancel))
+            .instrument(span.clone())
+            .await;
         watcher.abort();
         let end = end.unwrap_or_else(|_| {
             let reason = format!(
@@ -201,6 +218,26 @@ impl Shared {
                 reason,
             }
         });
+        match &end {
+            TrialEnd::Graded(record) => {
+                span.record("anvil.outcome", record.outcome.as_deref().unwrap_or(""));
+                if let Some(pass) = record.counted_pass() {
+                    span.record("anvil.pass", pass);
+                }
+                if let Some(cost) = record.cost_usd {
+                    span.record("anvil.cost_usd", cost);
+                }
+                tracing::info!(parent: &span, outcome = ?record.outcome, pass = ?record.pass, cost_usd = ?record.cost_usd, duration_ms = record.duration_ms, "trial finished");
+            }
+            TrialEnd::Infra { reason, .. } => {
+                span.record("anvil.outcome", "infra_error");
+                tracing::warn!(parent: &span, "trial failed (infrastructure): {reason}");
+            }
+            TrialEnd::Cancelled => {
+                span.record("anvil.outcome", "cancelled");
+                tracing::info!(parent: &span, "trial cancelled");
+            }
+        }
         let written = match &end {
             TrialEnd::Graded(record) => {
                 self.db
