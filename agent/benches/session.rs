@@ -104,6 +104,7 @@ fn session_of(dir: &Path, records: usize) -> PathBuf {
                     cache_write: 0,
                 },
                 cost_usd: Some(0.0078),
+                estimated: false,
             },
         );
         written += 5;

@@ -287,14 +287,37 @@ impl Agent {
     }
 
     /// Records one response's usage, with its cost when the model's pricing is known (settling
-    /// the request's reservation), and tells the front end. Returns the cost.
-    async fn commit_usage(&mut self, usage: anvil_llm::Usage) -> Option<f64> {
-        let cost_usd = self.pricing.map(|p| p.cost(&usage));
-        self.commit_or_note(Record::Usage { usage, cost_usd });
+    /// the request's reservation), and tells the front end. A response whose provider reported
+    /// no input usage (some servers send no usage, or only the output) is never a known cost:
+    /// it is charged an estimate — the reservation's input part, plus the reported output or
+    /// else the output `message` holds. Returns the cost and whether it is estimated.
+    async fn commit_usage(
+        &mut self,
+        usage: anvil_llm::Usage,
+        reservation: Option<anvil_llm::cost::Reservation>,
+        message: &Message,
+    ) -> (Option<f64>, bool) {
+        let estimated = usage.total_input() == 0;
+        let cost_usd = self.pricing.map(|p| {
+            if !estimated {
+                return p.cost(&usage);
+            }
+            let output = match usage.output {
+                0 => crate::context::budget::estimate_messages(std::slice::from_ref(message)),
+                n => n,
+            };
+            reservation.map_or(0.0, |r| r.input_usd) + output as f64 * p.output / 1_000_000.0
+        });
+        let estimated = estimated && cost_usd.is_some();
+        self.commit_or_note(Record::Usage {
+            usage,
+            cost_usd,
+            estimated,
+        });
         self.events
             .send(AgentEvent::Usage { usage, cost_usd })
             .await;
-        cost_usd
+        (cost_usd, estimated)
     }
 
     /// Admits a request of about `input_tokens` with `max_output`: under a hard budget its
@@ -560,8 +583,10 @@ impl Agent {
         };
         let mut message = completion.message;
         self.mint_unique_ids(&mut message);
-        let cost_usd = self.commit_usage(completion.usage).await;
-        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd);
+        let (cost_usd, estimated) = self
+            .commit_usage(completion.usage, reservation, &message)
+            .await;
+        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd, estimated);
         drop(chat);
 
         let abnormal = match &completion.finish {
@@ -589,8 +614,11 @@ impl Agent {
         {
             return Step::Finished(broken_transcript(e));
         }
-        self.tracker
-            .observe(&completion.usage, self.request.messages.len());
+        // An exact count only when the provider reported the input.
+        if completion.usage.total_input() > 0 {
+            self.tracker
+                .observe(&completion.usage, self.request.messages.len());
+        }
         if calls.is_empty() {
             return Step::Finished(TurnOutcome::Done);
         }
@@ -667,7 +695,9 @@ impl Agent {
         let before = self.context_tokens();
         let request =
             crate::context::compact::summary_request(&self.request, &self.request.messages, focus);
-        let reservation = match self.admit(before, request.max_tokens) {
+        // The focus is part of the summary request: it is reserved for too.
+        let tokens = before + focus.map_or(0, crate::context::budget::estimate_text);
+        let reservation = match self.admit(tokens, request.max_tokens) {
             Ok(r) => r,
             Err(reason) => return Err(format!("the summary request was not sent: {reason}")),
         };
@@ -688,8 +718,10 @@ impl Agent {
             Ok(None) => return Err("cancelled".into()),
             Err(e) => return Err(format!("the summary request failed: {e}")),
         };
-        let cost_usd = self.commit_usage(completion.usage).await;
-        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd);
+        let (cost_usd, estimated) = self
+            .commit_usage(completion.usage, reservation, &completion.message)
+            .await;
+        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd, estimated);
         if !completion.is_committed() {
             return Err(format!(
                 "the summary did not finish ({})",

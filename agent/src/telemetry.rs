@@ -59,7 +59,7 @@ pub fn chat(provider: &str, model: &str, max_tokens: u32) -> Span {
 
 /// Records a response's usage and cost on its `chat` span: total input (cached included) in
 /// the standard field, its partitions under `anvil.*`.
-pub fn record_usage(span: &Span, usage: &Usage, cost_usd: Option<f64>) {
+pub fn record_usage(span: &Span, usage: &Usage, cost_usd: Option<f64>, estimated: bool) {
     span.record("gen_ai.usage.input_tokens", usage.total_input());
     span.record("gen_ai.usage.output_tokens", usage.output);
     span.record("anvil.usage.uncached_input_tokens", usage.input);
@@ -68,7 +68,10 @@ pub fn record_usage(span: &Span, usage: &Usage, cost_usd: Option<f64>) {
     match cost_usd {
         Some(usd) => {
             span.record("anvil.cost_usd", usd);
-            span.record("anvil.cost.accounting", "reported");
+            span.record(
+                "anvil.cost.accounting",
+                if estimated { "estimated" } else { "reported" },
+            );
         }
         None => {
             span.record("anvil.cost.accounting", "unknown");

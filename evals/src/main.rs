@@ -183,8 +183,11 @@ fn read_trials(path: &Path, options: ReadOptions) -> Result<Trials, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Held to the end of main (which returns, so it is dropped and the log flushed).
-    let _log = anvil_runner::logging::init("anvil-evals", Some("info"));
+    // The long-running commands (a sweep, a worker) log at info by default; the others only
+    // with ANVIL_LOG (a reader such as `status` creates nothing). Held to the end of main
+    // (which returns, so it is dropped and the log flushed).
+    let service = matches!(cli.command, Command::Run(_) | Command::Worker(_));
+    let _log = anvil_runner::logging::init("anvil-evals", service.then_some("info"));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -690,10 +690,10 @@ impl Progress {
 /// current rate per trial, and its budget when it has one. Unknown costs are said, never 0.
 async fn spend_line(db: &Db, id: &str, counts: &Counts) -> Result<String> {
     let mut spent = 0.0;
-    let (mut known, mut unknown) = (0u64, 0u64);
+    let (mut known, mut unknown, mut not_admitted) = (0u64, 0u64, 0u64);
     for line in db.records(id).await? {
         match serde_json::from_str::<anvil_report::TrialRecord>(&line) {
-            Ok(r) if r.not_admitted() => {}
+            Ok(r) if r.not_admitted() => not_admitted += 1,
             Ok(r) => match r.cost_usd {
                 Some(c) => {
                     spent += c;
@@ -704,7 +704,8 @@ async fn spend_line(db: &Db, id: &str, counts: &Counts) -> Result<String> {
             Err(_) => unknown += 1,
         }
     }
-    let total: u64 = counts.by_state.values().sum();
+    // Trials the budget did not admit will cost nothing.
+    let total: u64 = counts.by_state.values().sum::<u64>() - not_admitted;
     let mut text = format!("spend: ${spent:.4} over {known} trials");
     if unknown > 0 {
         text.push_str(&format!(" (+{unknown} of unknown cost)"));

@@ -89,16 +89,54 @@ impl ProviderConfig {
     }
 }
 
-/// USD per million tokens.
+/// USD per million tokens. In a config file `input` and `output` are required; a cache price
+/// left out is never free but priced conservatively, so a budget can hold: cache reads at the
+/// input price, cache writes at 1.25 × it (Anthropic's five-minute write premium). A price
+/// that is negative or not a finite number is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "PricingTable")]
 pub struct Pricing {
     pub input: f64,
     pub output: f64,
-    #[serde(default)]
     pub cache_read: f64,
-    #[serde(default)]
     pub cache_write: f64,
+}
+
+/// `pricing = { … }` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PricingTable {
+    input: f64,
+    output: f64,
+    cache_read: Option<f64>,
+    cache_write: Option<f64>,
+}
+
+impl TryFrom<PricingTable> for Pricing {
+    type Error = String;
+
+    fn try_from(t: PricingTable) -> Result<Self, String> {
+        let pricing = Pricing {
+            input: t.input,
+            output: t.output,
+            cache_read: t.cache_read.unwrap_or(t.input),
+            cache_write: t.cache_write.unwrap_or(t.input * 1.25),
+        };
+        for (name, price) in [
+            ("input", pricing.input),
+            ("output", pricing.output),
+            ("cache_read", pricing.cache_read),
+            ("cache_write", pricing.cache_write),
+        ] {
+            if !(price.is_finite() && price >= 0.0) {
+                return Err(format!(
+                    "pricing.{name} = {price}: a price is a non-negative number of USD per \
+                     million tokens"
+                ));
+            }
+        }
+        Ok(pricing)
+    }
 }
 
 impl Pricing {
@@ -1004,5 +1042,58 @@ model = "qwen3:8b"
         assert!(err.is_ok());
         let bad: Result<ConfigFile, _> = toml::from_str("[sandbox]\nproceses = 3\n");
         assert!(bad.unwrap_err().to_string().contains("proceses"));
+    }
+}
+
+#[cfg(test)]
+mod pricing_tests {
+    use super::Pricing;
+
+    fn parse(text: &str) -> Result<Pricing, String> {
+        #[derive(serde::Deserialize)]
+        struct Holder {
+            pricing: Pricing,
+        }
+        toml::from_str::<Holder>(text)
+            .map(|h| h.pricing)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_cache_price_left_out_is_priced_conservatively_never_free() {
+        let p = parse("pricing = { input = 3.0, output = 15.0 }").unwrap();
+        assert_eq!(
+            p,
+            Pricing {
+                input: 3.0,
+                output: 15.0,
+                cache_read: 3.0,
+                cache_write: 3.75,
+            }
+        );
+        let p =
+            parse("pricing = { input = 3.0, output = 15.0, cache_read = 0.3, cache_write = 3.75 }")
+                .unwrap();
+        assert_eq!((p.cache_read, p.cache_write), (0.3, 3.75));
+    }
+
+    #[test]
+    fn a_price_that_is_not_a_non_negative_number_is_refused() {
+        for bad in [
+            "pricing = { input = -3.0, output = 15.0 }",
+            "pricing = { input = 3.0, output = -15.0 }",
+            "pricing = { input = nan, output = 15.0 }",
+            "pricing = { input = 3.0, output = inf }",
+            "pricing = { input = 3.0, output = 15.0, cache_read = nan }",
+            "pricing = { input = 3.0, output = 15.0, cache_write = -1.0 }",
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert!(
+                err.contains("a price is a non-negative number"),
+                "{bad}: {err}"
+            );
+        }
+        let err = parse("pricing = { input = 3.0, output = 15.0, cached = 1.0 }").unwrap_err();
+        assert!(err.contains("unknown field"), "{err}");
     }
 }

@@ -4,8 +4,8 @@
 //! reach stdout or stderr: in headless mode those carry the requested output only.
 //!
 //! `anvil` logs only when `ANVIL_LOG` is set (its start-up stays a few milliseconds);
-//! `anvil-evals`, a long-running service, logs at `info` by default (worker restarts, lost
-//! heartbeats, discarded late results, each trial's start and end).
+//! `anvil-evals run` and `worker`, long-running services, log at `info` by default (worker
+//! restarts, lost heartbeats, discarded late results, each trial's start and end).
 
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;

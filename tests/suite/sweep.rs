@@ -476,7 +476,7 @@ on_both_databases!(
 async fn bad_input_enqueues_nothing() {
     let server = model_server(Duration::ZERO).await;
     let s = setup(&server, false, &["t1"]).await;
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--models", "good,nosuch"], "'nosuch'"),
         (
             &["--models", "good", "--trials", "0"],
@@ -495,6 +495,11 @@ async fn bad_input_enqueues_nothing() {
         (
             &["--models", "good", "--max-cost-usd", "lots"],
             "--max-cost-usd",
+        ),
+        // A share that cannot admit one request would never run a trial.
+        (
+            &["--models", "good", "--max-cost-usd", "0.0001"],
+            "no trial could ever run",
         ),
     ];
     for (extra, expected) in cases {
@@ -861,7 +866,7 @@ async fn a_sweep_budget_admits_what_fits(postgres: bool) {
     let status = String::from_utf8_lossy(&out.stdout);
     assert!(
         status.contains("spend: $0.0004 over 1 trials")
-            && status.contains("projected $0.0009 for all 2 trials")
+            && status.contains("projected $0.0004 for all 1 trials")
             && status.contains("budget $0.2002"),
         "{status}"
     );

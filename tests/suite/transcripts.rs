@@ -134,7 +134,11 @@ async fn a_timed_out_trial_keeps_its_transcript() {
         (Some("timeout"), &Value::Bool(false)),
         "{r}"
     );
-    assert_eq!(r["schema_version"], 2, "{r}");
+    assert_eq!(r["schema_version"], 3, "{r}");
+    // Killed at its wall-clock cap mid-request: its cost is its transcript's ledger, the
+    // request cut off kept at its reservation, so an estimate, never unknown or 0.
+    assert_eq!(r["accounting"], "estimated", "{r}");
+    assert!(r["cost_usd"].as_f64().unwrap() > 0.0, "{r}");
     assert!(r["workspace_path"].is_null(), "{r}");
     let path = PathBuf::from(r["session_path"].as_str().unwrap());
     assert_eq!(path, m.artifacts("slow").join("t1/good/0.jsonl"));

@@ -75,6 +75,10 @@ pub enum Record {
         usage: Usage,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
+        /// The provider did not report the response's input (or any) usage, so `cost_usd` is
+        /// an estimate: the reservation's input part plus the output seen. Format 2.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        estimated: bool,
     },
     /// A model request is about to be sent, admitted with this reserved cost (USD; written for
     /// priced models only). The next `usage` or `cost_estimated` settles it; one never settled
@@ -113,7 +117,11 @@ impl Record {
     /// The format version a line holding this record is written with: the first that has it.
     pub fn since(&self) -> u32 {
         match self {
-            Record::CostReserved { .. } | Record::CostEstimated { .. } => 2,
+            Record::CostReserved { .. }
+            | Record::CostEstimated { .. }
+            | Record::Usage {
+                estimated: true, ..
+            } => 2,
             _ => 1,
         }
     }
@@ -185,7 +193,10 @@ mod tests {
     fn a_usage_without_cost_reads_and_writes_as_format_1_always_did() {
         let old = r#"{"v":1,"seq":2,"ts_ms":1,"type":"usage","usage":{"input":3,"output":4,"cache_read":0,"cache_write":0}}"#;
         let entry: Entry = serde_json::from_str(old).unwrap();
-        let Record::Usage { usage, cost_usd } = &entry.record else {
+        let Record::Usage {
+            usage, cost_usd, ..
+        } = &entry.record
+        else {
             panic!("{entry:?}")
         };
         assert_eq!((usage.output, *cost_usd), (4, None));
@@ -198,6 +209,7 @@ mod tests {
             record: Record::Usage {
                 usage: *usage,
                 cost_usd: Some(0.5),
+                estimated: false,
             },
             ..entry
         };

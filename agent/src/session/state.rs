@@ -232,14 +232,26 @@ impl SessionState {
                     is_error,
                 });
             }
-            Record::Usage { usage, cost_usd } => {
+            Record::Usage {
+                usage,
+                cost_usd,
+                estimated,
+            } => {
                 self.usage += usage;
-                self.cost.add(cost_usd);
                 self.responses += 1;
                 let m = self.cost_by_model.entry(self.model.clone()).or_default();
                 m.usage += usage;
-                m.cost.add(cost_usd);
                 m.responses += 1;
+                match (estimated, cost_usd) {
+                    (true, Some(usd)) => {
+                        self.cost.estimate(usd);
+                        m.cost.estimate(usd);
+                    }
+                    _ => {
+                        self.cost.add(cost_usd);
+                        m.cost.add(cost_usd);
+                    }
+                }
             }
             Record::CostReserved { usd } => {
                 self.cost.reserve(usd);

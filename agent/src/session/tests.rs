@@ -53,6 +53,7 @@ fn a_new_session_reloads_to_what_was_written() {
             cache_write: 0,
         },
         cost_usd: Some(0.25),
+        estimated: false,
     })
     .unwrap();
     let path = w.path().to_path_buf();
@@ -602,6 +603,7 @@ fn random_record(rng: &mut Rng, state: &SessionState, messages: &[Message], n: u
                         cache_write: 0,
                     },
                     cost_usd: (rng.below(2) == 0).then(|| rng.below(100) as f64 / 1000.0),
+                    estimated: false,
                 };
             }
             _ => {}

@@ -166,3 +166,65 @@ async fn the_session_file_keeps_each_reservation_before_its_request() {
     let loaded = anvil_agent::session::load(&path).unwrap();
     assert_eq!(loaded.state.cost, loaded.state.cost_by_model["pricey"].cost);
 }
+
+#[tokio::test]
+async fn a_response_without_usage_is_charged_an_estimate_and_the_budget_still_binds() {
+    // A server that never reports usage (or only the output): each response is charged the
+    // reservation's input part and its output, as an estimate, never a known $0.
+    for keep_output in [false, true] {
+        let script: Vec<Vec<StreamEvent>> = looping(40)
+            .into_iter()
+            .map(|events| {
+                events
+                    .into_iter()
+                    .filter_map(|e| match e {
+                        StreamEvent::Usage(u) if keep_output => {
+                            Some(StreamEvent::Usage(anvil_llm::Usage {
+                                output: u.output,
+                                ..anvil_llm::Usage::default()
+                            }))
+                        }
+                        StreamEvent::Usage(_) => None,
+                        e => Some(e),
+                    })
+                    .collect()
+            })
+            .collect();
+        let provider = Arc::new(ScriptedProvider::new(script));
+        let mut agent = new_agent(&provider, Some(PRICEY));
+        agent.set_budget(1.2);
+        let outcome = agent.run_turn(go(), CancellationToken::new()).await;
+        assert!(
+            matches!(outcome, TurnOutcome::BudgetExceeded { .. }),
+            "{keep_output}: {outcome:?}"
+        );
+        let cost = agent.session().cost;
+        assert!(cost.is_estimated() && cost.estimated > 0, "{cost:?}");
+        assert!(cost.spent() > 0.0 && cost.spent() <= 1.2, "{cost:?}");
+        assert!(
+            provider.requests().len() < 40,
+            "{keep_output}: the budget stopped the loop"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_summary_request_reserves_for_its_focus_too() {
+    let provider = Arc::new(ScriptedProvider::new(vec![script::text("hi")]));
+    let mut agent = new_agent(&provider, Some(PRICEY));
+    agent.run_turn(go(), CancellationToken::new()).await;
+    // Room for the summary's output limit and a small context, not for a 400 KB focus
+    // ($1 per million input tokens × 1.25 × 100k tokens = $0.125 more).
+    agent.set_budget(1.05);
+    let focus = "x".repeat(400_000);
+    let err = agent
+        .compact(Some(&focus), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(err.contains("was not sent"), "{err}");
+    assert_eq!(
+        provider.requests().len(),
+        1,
+        "the summary request was never sent"
+    );
+}

@@ -8,3 +8,4 @@ mod sandbox_escape;
 mod sandbox_limits;
 mod sandbox_privilege;
 mod session_reasoning;
+mod telemetry;

@@ -72,6 +72,7 @@ fn keep(protocol: Protocol, steps: Vec<Step>) -> Kept {
                     .append(&Record::Usage {
                         usage: completion.usage,
                         cost_usd: None,
+                        estimated: false,
                     })
                     .unwrap();
                 completion.message

@@ -288,6 +288,15 @@ fn long_help() -> String {
     format!("{EXAMPLES}\n\n{}", crate::exit::TABLE)
 }
 
+/// A budget in USD from the command line: a finite, non-negative number (`0.50`, `2`).
+pub fn usd(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(_) => Err(format!("{text}: a budget is a non-negative amount of USD")),
+        Err(_) => Err(format!("{text}: not an amount of USD (write it as 0.50)")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,14 +341,5 @@ mod tests {
             );
         }
         assert!(help.contains("[default: default]"), "{help}");
-    }
-}
-
-/// A budget in USD from the command line: a finite, non-negative number (`0.50`, `2`).
-pub fn usd(text: &str) -> Result<f64, String> {
-    match text.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-        Ok(_) => Err(format!("{text}: a budget is a non-negative amount of USD")),
-        Err(_) => Err(format!("{text}: not an amount of USD (write it as 0.50)")),
     }
 }

@@ -109,6 +109,7 @@ mod tests {
             Record::Usage {
                 usage: usage(100, 300, 50),
                 cost_usd: Some(0.012),
+                estimated: false,
             },
             Record::CostReserved { usd: 0.5 },
             Record::CostEstimated { usd: 0.002 },
@@ -118,6 +119,7 @@ mod tests {
             Record::Usage {
                 usage: usage(10, 0, 5),
                 cost_usd: None,
+                estimated: false,
             },
         ]);
         let text = report(&s, Some((1.0, 0.014)));
@@ -148,6 +150,7 @@ budget: $0.0140 of $1 spent, $0.9860 left (requests are admitted against it)
             Record::Usage {
                 usage: usage(1, 0, 1),
                 cost_usd: Some(0.01),
+                estimated: false,
             },
         ]);
         assert!((s.cost.spent() - 0.26).abs() < 1e-12);

@@ -75,13 +75,16 @@ pub fn list(cli: &Cli, all: bool) -> i32 {
     exit::DONE
 }
 
-/// A session's cost: the total when every response's is known, a lower bound (`≥`) when
-/// some model had no pricing, `—` when none had.
+/// A session's cost from its ledger: the total when every response's is known, `~` when it
+/// holds estimates (a cut-off request, a kept reservation), a lower bound (`≥`) when some model
+/// had no pricing, `—` when nothing was priced.
 pub(crate) fn cost_label(cost: &Cost) -> String {
-    match (cost.known(), cost.priced) {
-        (Some(usd), _) => usd_label(usd),
-        (None, 0) => "—".into(),
-        (None, _) => format!("≥{}", usd_label(cost.usd)),
+    let priced = cost.priced + cost.estimated + u64::from(cost.outstanding_usd.is_some());
+    match cost.total() {
+        _ if priced == 0 => "—".into(),
+        Some(usd) if cost.is_estimated() => format!("~{}", usd_label(usd)),
+        Some(usd) => usd_label(usd),
+        None => format!("≥{}", usd_label(cost.spent())),
     }
 }
 
@@ -256,7 +259,10 @@ fn render(out: &mut impl Write, entries: &[Entry], loaded: &LoadedSession) -> st
     // A response's usage is recorded just before its message: it is shown after it.
     let mut pending: Option<(Usage, Option<f64>)> = None;
     for entry in entries {
-        if let Record::Usage { usage, cost_usd } = &entry.record {
+        if let Record::Usage {
+            usage, cost_usd, ..
+        } = &entry.record
+        {
             if let Some((u, c)) = pending.take() {
                 usage_line(out, &u, c)?;
             }
@@ -329,11 +335,17 @@ fn render(out: &mut impl Write, entries: &[Entry], loaded: &LoadedSession) -> st
         if loaded.state.responses == 1 { "" } else { "s" },
         tokens(total),
         match loaded.state.cost {
-            c if c.priced == 0 => "cost unknown".to_string(),
-            c if c.unpriced == 0 => usd_label(c.usd),
+            c if c.unpriced == 0 && c.total() == Some(0.0) && c.priced == 0 => {
+                "cost unknown".to_string()
+            }
+            c if c.unpriced == 0 && c.is_estimated() => {
+                format!("~{} (estimated)", usd_label(c.spent()))
+            }
+            c if c.unpriced == 0 => usd_label(c.spent()),
+            c if c.priced + c.estimated == 0 => "cost unknown".to_string(),
             c => format!(
                 "{} and {} responses of unknown cost",
-                usd_label(c.usd),
+                usd_label(c.spent()),
                 c.unpriced
             ),
         }

@@ -121,6 +121,18 @@ pub enum SweepError {
          output = … }} (USD per million tokens) to [models.{model}] in your config"
     )]
     Unpriced { model: String, why: String },
+    #[error(
+        "{what} is ${usd} a trial, less than one request of model {model} reserves \
+         (${reserve:.6}: its {max_output} output tokens at most, at its output price): no trial \
+         could ever run; raise it, or lower the model's max_output_tokens"
+    )]
+    ShareTooSmall {
+        what: String,
+        usd: f64,
+        model: String,
+        reserve: f64,
+        max_output: u32,
+    },
     #[error(transparent)]
     Queue(#[from] QueueError),
 }
@@ -141,6 +153,25 @@ pub enum PinnedError {
         digest: String,
         recorded: String,
     },
+}
+
+/// Refuses a per-trial budget (`what`, `usd`) that cannot admit even one request of some
+/// model: the least a request reserves is its whole output limit at the output price.
+fn check_share(what: &str, usd: f64, models: &[PinnedModel]) -> Result<(), SweepError> {
+    for m in models {
+        let Some(pricing) = m.pricing else { continue };
+        let reserve = anvil_llm::cost::reservation(&pricing, 0, m.max_output_tokens).usd;
+        if usd < reserve {
+            return Err(SweepError::ShareTooSmall {
+                what: what.to_string(),
+                usd,
+                model: m.name.clone(),
+                reserve,
+                max_output: m.max_output_tokens,
+            });
+        }
+    }
+    Ok(())
 }
 
 impl SweepSpec {
@@ -183,14 +214,20 @@ impl SweepSpec {
         let mut tasks = Vec::new();
         for dir in dirs {
             let task = Task::load(&dir)?;
-            // A task's cost cap is a hard budget for each trial: every model needs pricing.
-            if let Some(cap) = task.spec.cost_cap_usd
-                && let Some(m) = pinned.iter().find(|m| m.pricing.is_none())
-            {
-                return Err(SweepError::Unpriced {
-                    model: m.name.clone(),
-                    why: format!("task {}'s cost_cap_usd = {cap}", task.spec.name),
-                });
+            // A task's cost cap is a hard budget for each trial: every model needs pricing,
+            // and room for at least one request.
+            if let Some(cap) = task.spec.cost_cap_usd {
+                if let Some(m) = pinned.iter().find(|m| m.pricing.is_none()) {
+                    return Err(SweepError::Unpriced {
+                        model: m.name.clone(),
+                        why: format!("task {}'s cost_cap_usd = {cap}", task.spec.name),
+                    });
+                }
+                check_share(
+                    &format!("task {}'s cost_cap_usd", task.spec.name),
+                    cap,
+                    &pinned,
+                )?;
             }
             let dir = std::fs::canonicalize(&task.dir).unwrap_or(task.dir.clone());
             let digests = digest::of_task(&task).map_err(|source| SweepError::Digest {
@@ -231,6 +268,17 @@ impl SweepSpec {
                     why: format!("the sweep's ${usd} budget (--max-cost-usd)"),
                 });
             }
+            let trials = self.tasks.len() * self.models.len() * self.trials as usize;
+            let pinned: Vec<PinnedModel> = self
+                .model_configs
+                .values()
+                .map(|m| m.config.clone())
+                .collect();
+            check_share(
+                "--max-cost-usd shared over every trial",
+                usd / trials.max(1) as f64,
+                &pinned,
+            )?;
         }
         self.max_cost_usd = usd;
         Ok(self)

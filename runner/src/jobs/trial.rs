@@ -503,6 +503,15 @@ impl AgentTrials {
                 return self.keep_after_failure(end, ws);
             }
         };
+        // Its budget admitted not one request: the model never ran, so there is nothing to
+        // grade — not admitted, like a trial the sweep's budget refused.
+        if run.outcome == anvil_report::record::BUDGET_EXCEEDED && run.tokens == Tokens::default() {
+            record.outcome = Some(run.outcome.clone());
+            record.cost_usd = run.cost_usd;
+            record.accounting = run.accounting;
+            record.duration_ms = started.elapsed().as_millis() as u64;
+            return self.keep_after_failure(TrialEnd::Graded(record), ws);
+        }
         record.agent_ms = Some(agent_ms);
         record.outcome = Some(run.outcome.clone());
         record.steps = run.steps;
@@ -625,6 +634,7 @@ impl AgentTrials {
     /// (in the trial's private directory, which the agent's sandbox does not show); the child
     /// keeps its session in `transcript`; the sandbox hides the task's answers, every
     /// workspace and the sweep's `artifacts` (other trials' transcripts).
+    #[allow(clippy::too_many_arguments)]
     async fn run_agent(
         &self,
         task: &Task,

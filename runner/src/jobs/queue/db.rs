@@ -265,6 +265,7 @@ mod tests {
                 (20261201000002, "bf999bada09bad63".to_string()),
                 (20261215000001, "ff7a24c72c8f6164".to_string()),
                 (20261216000001, "8a58acf9a6f6f897".to_string()),
+                (20261220000001, "3beffc20978bbbf1".to_string()),
             ]
         );
         assert_eq!(
@@ -275,6 +276,7 @@ mod tests {
                 (20261201000002, "14f8262e0ac4e2e2".to_string()),
                 (20261215000001, "fd4f2a3577fa9e1a".to_string()),
                 (20261216000001, "c024515f7044f735".to_string()),
+                (20261220000001, "817ddbffba34ad8b".to_string()),
             ]
         );
     }
