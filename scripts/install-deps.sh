@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what anvil needs beside the Rust toolchain: bubblewrap (every sandboxed command and
 # every grade runs in it; without it anvil refuses rather than run unconfined), and tmux for
-# the interactive-terminal test. Used by the README's main command and by scripts/test.sh.
+# the interactive-terminal test, and (--tests) the OTLP receiver of the trace tests. Used by the README's main command and by scripts/test.sh.
 set -euo pipefail
 
 need=()
@@ -11,15 +11,33 @@ command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [[ "${1:-}" == "--tests" ]]; then
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
 fi
-[[ ${#need[@]} -eq 0 ]] && exit 0
+if [[ ${#need[@]} -gt 0 ]]; then
+  if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps.sh: installing ${need[*]}"
+    apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
+  elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps.sh: installing ${need[*]} (sudo)"
+    sudo apt-get update -qq && sudo apt-get install -y -qq "${need[@]}" >/dev/null
+  else
+    echo "install-deps.sh: missing ${need[*]}; install them with your package manager and run again" >&2
+    exit 2
+  fi
+fi
 
-if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
-  echo "install-deps.sh: installing ${need[*]}"
-  apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
-elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-  echo "install-deps.sh: installing ${need[*]} (sudo)"
-  sudo apt-get update -qq && sudo apt-get install -y -qq "${need[@]}" >/dev/null
-else
-  echo "install-deps.sh: missing ${need[*]}; install them with your package manager and run again" >&2
-  exit 2
+# The OTLP/HTTP-protobuf receiver the trace tests export to: PyPI's oteltap (a CLI printing
+# received spans as NDJSON), installed beside the build, never into the system's Python.
+if [[ "${1:-}" == "--tests" ]]; then
+  tools="$(dirname "$0")/../target/test-tools/oteltap"
+  if [[ ! -d "$tools/oteltap" ]]; then
+    py=/usr/bin/python3
+    [[ -x $py ]] || py=python3
+    if ! "$py" -m pip --version >/dev/null 2>&1; then
+      if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        apt-get install -y -qq python3-pip >/dev/null
+      fi
+    fi
+    echo "install-deps.sh: installing oteltap (PyPI) into target/test-tools"
+    "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      --target "$tools" oteltap==1.0.0
+  fi
 fi

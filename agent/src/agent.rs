@@ -62,6 +62,8 @@ pub struct AgentConfig {
     /// The model's prices: each response's cost is recorded with its usage. `None` is unknown
     /// pricing, and the cost stays unknown (never 0).
     pub pricing: Option<Pricing>,
+    /// The wire protocol, for telemetry (`gen_ai.provider.name`); `None`: the provider's name.
+    pub protocol: Option<anvil_llm::Protocol>,
 }
 
 impl Default for AgentConfig {
@@ -76,6 +78,7 @@ impl Default for AgentConfig {
             prompt_cache_key: None,
             context_window: None,
             pricing: None,
+            protocol: None,
         }
     }
 }
@@ -112,6 +115,8 @@ pub struct Agent {
     pricing: Option<Pricing>,
     /// A hard budget: every model request must be admitted against it before it is sent.
     spend_limit: Option<SpendLimit>,
+    /// The wire protocol, for telemetry.
+    protocol: Option<anvil_llm::Protocol>,
 }
 
 /// A hard budget in USD over what this agent spends from `base` (what the session had spent
@@ -166,6 +171,7 @@ impl Agent {
             tracker: ContextTracker::default(),
             pricing: cfg.pricing,
             spend_limit: None,
+            protocol: cfg.protocol,
         }
     }
 
@@ -452,8 +458,17 @@ impl Agent {
         self.request.model = model.clone();
         self.request.max_tokens = max_tokens;
         self.pricing = pricing;
+        self.protocol = Some(protocol);
         self.commit_or_note(Record::ModelChanged { model });
         handoff
+    }
+
+    /// The provider as telemetry names it: the protocol's conventional name, else its own.
+    fn provider_system(&self) -> &str {
+        match self.protocol {
+            Some(p) => p.semconv_name(),
+            None => self.provider.name(),
+        }
     }
 
     /// The model id requests are sent to.
@@ -476,7 +491,7 @@ impl Agent {
     ) -> TurnOutcome {
         self.unwritten = None;
         let span = crate::telemetry::invoke_agent(
-            self.provider.name(),
+            self.provider_system(),
             &self.request.model,
             self.session_id(),
         );
@@ -546,7 +561,7 @@ impl Agent {
             Err(reason) => return Step::Finished(TurnOutcome::BudgetExceeded { reason }),
         };
         let chat = crate::telemetry::chat(
-            self.provider.name(),
+            self.provider_system(),
             &self.request.model,
             self.request.max_tokens,
         );
@@ -701,7 +716,8 @@ impl Agent {
             Ok(r) => r,
             Err(reason) => return Err(format!("the summary request was not sent: {reason}")),
         };
-        let chat = crate::telemetry::chat(self.provider.name(), &request.model, request.max_tokens);
+        let chat =
+            crate::telemetry::chat(self.provider_system(), &request.model, request.max_tokens);
         let sampled = stream_completion(
             &*self.provider,
             &request,

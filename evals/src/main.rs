@@ -187,7 +187,7 @@ fn main() -> ExitCode {
     // with ANVIL_LOG (a reader such as `status` creates nothing). Held to the end of main
     // (which returns, so it is dropped and the log flushed).
     let service = matches!(cli.command, Command::Run(_) | Command::Worker(_));
-    let _log = anvil_runner::logging::init("anvil-evals", service.then_some("info"));
+    let _telemetry = anvil_runner::telemetry::init("anvil-evals", service.then_some("info"));
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

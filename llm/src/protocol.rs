@@ -23,6 +23,15 @@ pub enum Protocol {
 }
 
 impl Protocol {
+    /// The provider as the OpenTelemetry GenAI conventions name it (`gen_ai.provider.name`).
+    pub fn semconv_name(self) -> &'static str {
+        match self {
+            Protocol::Anthropic => "anthropic",
+            Protocol::OpenaiChat | Protocol::OpenaiResponses => "openai",
+            Protocol::Gemini => "gcp.gemini",
+        }
+    }
+
     pub const ALL: [Protocol; 4] = [
         Protocol::Anthropic,
         Protocol::OpenaiChat,

@@ -148,6 +148,10 @@ pub struct TrialRecord {
     /// Tamper findings (empty when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tamper: Vec<TamperFinding>,
+    /// The trace (32 hex digits) that shows the trial end to end, when traces were exported
+    /// (version 3, optional).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
     /// What confined the grader's check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grader_sandbox: Option<String>,

@@ -43,6 +43,7 @@ fn record(job: &TrialJob, attempt: u32) -> TrialRecord {
         check_outcome: None,
         tamper: Vec::new(),
         grader_sandbox: None,
+        trace_id: None,
     }
 }
 

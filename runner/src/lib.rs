@@ -22,5 +22,6 @@ pub mod contract;
 pub mod exit;
 /// The job side: queue, workspaces, worker, trials, sweeps.
 pub mod jobs;
-/// Logs for both binaries: JSON lines in the data directory, never on the terminal.
-pub mod logging;
+/// Logs and traces for both binaries: JSON lines in the data directory (never on the
+/// terminal), OTLP export when configured.
+pub mod telemetry;

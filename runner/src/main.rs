@@ -20,14 +20,14 @@ fn main() {
             std::process::exit(code);
         }
     };
-    let log = anvil_runner::logging::init("anvil", None);
+    let telemetry = anvil_runner::telemetry::init("anvil", None);
     let code = match (&cli.command, cli.print.clone()) {
         (Some(Command::Sessions { all }), _) => sessions::list(&cli, *all),
         (Some(Command::Replay { session, format }), _) => sessions::replay(&cli, session, *format),
         (Some(Command::Auto { command }), _) => anvil_runner::auto::cli::main(command),
         (None, prompt) => run(cli, prompt),
     };
-    drop(log); // flushes the log: exit runs no destructors
+    drop(telemetry); // flushes the log and the exporter: exit runs no destructors
     std::process::exit(code);
 }
 

@@ -84,6 +84,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
         // The run's own ledger admits each session (see `run_state::Ledger`).
         max_cost_usd: None,
         timeout: spec.timeout,
+        traceparent: crate::telemetry::traceparent(&tracing::Span::current()),
     };
     Ok(match child::run(&child, cancel).await? {
         // The wall-clock cap ends the session: counted, never success by itself.

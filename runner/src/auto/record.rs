@@ -190,6 +190,7 @@ fn record(
         check_outcome: None,
         tamper: Vec::new(),
         grader_sandbox: None,
+        trace_id: None,
     }
 }
 

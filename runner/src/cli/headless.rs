@@ -12,6 +12,7 @@ use anvil_llm::{ContentBlock, Role, Usage};
 use anvil_report::record::Accounting;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::cli::args::{Cli, OutputFormat};
 use crate::cli::setup;
@@ -70,9 +71,21 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
     ));
 
     let cost_before = session.agent.session().cost;
+    // The process's span: the turn's invoke_agent nests in it, and it continues the trace of
+    // whoever started this process (an eval worker's trial), when there is one.
+    let root = tracing::info_span!(
+        "session",
+        otel.name = "anvil -p",
+        gen_ai.conversation.id = session.agent.session_id().unwrap_or(""),
+        anvil.sandbox = ?cli.sandbox,
+        anvil.permission_mode = %cli.permission_mode,
+        anvil.max_cost_usd = cli.max_cost_usd,
+    );
+    crate::telemetry::adopt_parent(&root);
     let outcome = session
         .agent
         .run_turn(vec![ContentBlock::text(prompt)], cancel.clone())
+        .instrument(root)
         .await;
     let cost = session.agent.session().cost.since(&cost_before);
     let final_text = session

@@ -362,6 +362,7 @@ fn agent_for(
         prompt_cache_key: model.prompt_cache_key.then(|| prompt_cache_key(cwd)),
         context_window: Some(model.limits.context_window),
         pricing: model.pricing,
+        protocol: Some(model.protocol),
         ..AgentConfig::default()
     };
     Agent::new(

@@ -45,6 +45,8 @@ pub struct ChildSpec<'a> {
     pub max_cost_usd: Option<f64>,
     /// The wall-clock cap; past it the child is killed and the run ends [`ChildRun::TimedOut`].
     pub timeout: Duration,
+    /// W3C trace context the child continues (its `TRACEPARENT`), when a trace is exported.
+    pub traceparent: Option<String>,
 }
 
 /// What a child whose `anvil -p` never reported its cost (killed at its wall-clock cap, or its
@@ -167,7 +169,18 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
     }
     let process = ProcessSpec::new(spec.anvil.display().to_string(), spec.workspace)
         .args(args)
-        .env(spec.env.to_vec())
+        .env({
+            let mut env: Vec<(String, String)> = spec
+                .env
+                .iter()
+                .filter(|(k, _)| k != crate::telemetry::TRACEPARENT)
+                .cloned()
+                .collect();
+            if let Some(tp) = &spec.traceparent {
+                env.push((crate::telemetry::TRACEPARENT.to_string(), tp.clone()));
+            }
+            env
+        })
         .timeout(spec.timeout)
         .capture(1024 * 1024, 64 * 1024);
     let output = process::run(&process, cancel).await?;

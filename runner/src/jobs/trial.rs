@@ -288,6 +288,7 @@ impl AgentTrials {
             check_outcome: None,
             tamper: Vec::new(),
             grader_sandbox: None,
+            trace_id: None,
         }
     }
 
@@ -669,6 +670,8 @@ impl AgentTrials {
             max_steps: task.spec.max_steps,
             max_cost_usd,
             timeout: Duration::from_secs(task.spec.timeout_secs),
+            // The child continues this trial's trace (the `agent` span it runs in).
+            traceparent: crate::telemetry::traceparent(&tracing::Span::current()),
         };
         match child::run(&spec, cancel).await {
             Err(ChildError::Cancelled) => Err(TrialError::Cancelled),
@@ -713,6 +716,8 @@ struct Finished {
 impl TrialHandler for AgentTrials {
     async fn run(&self, job: &TrialJob, attempt: u32, cancel: CancellationToken) -> TrialEnd {
         let mut end = self.run_trial(job, attempt, cancel).await;
+        // The worker runs this in the trial's span: its trace is the trial's.
+        let trace_id = crate::telemetry::trace_id(&tracing::Span::current());
         // Every record names the model config the sweep pinned (the agent's own report of it
         // was checked against this), and the transcript when there is one.
         let digest = self.cached_model_digest(job);
@@ -721,6 +726,7 @@ impl TrialHandler for AgentTrials {
                 if let Some(digest) = digest {
                     record.digests.model_config = digest;
                 }
+                record.trace_id = trace_id;
                 let infra = record.infra_error.is_some();
                 record.session_path = self.kept_transcript(job, attempt, infra);
             }

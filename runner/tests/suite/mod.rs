@@ -1,5 +1,6 @@
 mod auto;
 mod budget;
 mod cli;
+mod otel;
 mod queue;
 mod sessions;

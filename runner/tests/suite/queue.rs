@@ -44,6 +44,7 @@ fn record(key: &TrialKey, attempt: u32, pass: bool, infra: Option<&str>) -> Tria
         check_outcome: None,
         tamper: Vec::new(),
         grader_sandbox: None,
+        trace_id: None,
     }
 }
 

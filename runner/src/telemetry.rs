@@ -1,0 +1,283 @@
+//! Where both binaries' `tracing` output goes: the log file and, when configured, an OTLP
+//! exporter. One subscriber, installed once at start ([`init`]), held until exit ([`Guard`]).
+//!
+//! Logs: JSON lines in `<data dir>/anvil/logs/<binary>.log`, written by a non-blocking
+//! appender (a writer thread; a full buffer drops lines rather than slow a turn), filtered by
+//! `ANVIL_LOG` (an EnvFilter such as `debug` or `anvil_llm=trace`). Never on stdout or stderr:
+//! in headless mode those carry the requested output only. `anvil` logs only when `ANVIL_LOG`
+//! is set (start-up stays a few milliseconds); `anvil-evals run` and `worker`, long-running
+//! services, log at `info` by default.
+//!
+//! Traces (cargo feature `otel`, on by default): when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+//! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set, spans at `info` and above are exported over
+//! OTLP — `OTEL_EXPORTER_OTLP_PROTOCOL` `grpc` or `http/protobuf` (the default), the other
+//! standard `OTEL_EXPORTER_OTLP_*` variables as the exporter reads them. Nothing is exported
+//! and no exporter starts otherwise. Export runs on the SDK's batch thread with a bounded
+//! queue: an unreachable endpoint never slows a turn (spans past the queue are dropped, and
+//! the SDK logs how many); at exit the flush waits at most [`FLUSH_TIMEOUT`].
+//!
+//! Context crosses processes as W3C trace context in the `TRACEPARENT` environment variable:
+//! an eval worker passes its trial's to the `anvil -p` it runs ([`traceparent`]), which
+//! continues it ([`adopt_parent`]); a malformed value is ignored.
+
+use std::time::Duration;
+
+use tracing::Span;
+use tracing_appender::non_blocking::WorkerGuard;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::Layer;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// How long the exit waits for the last spans to be exported.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The environment variable that carries W3C trace context into a child process.
+pub const TRACEPARENT: &str = "TRACEPARENT";
+
+/// Keeps the log writer and the exporter running; dropping it flushes both. Hold it until
+/// exit (and drop it before `std::process::exit`, which runs no destructors).
+#[must_use = "dropping the guard stops the log writer and the exporter"]
+pub struct Guard {
+    _log: Option<WorkerGuard>,
+    #[cfg(feature = "otel")]
+    otel: Option<otel::Exporter>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        #[cfg(feature = "otel")]
+        if let Some(exporter) = self.otel.take() {
+            exporter.shutdown();
+        }
+    }
+}
+
+/// Installs the subscriber for `binary` (the log file's name). `default_log`: the log filter
+/// when `ANVIL_LOG` is unset, `None` for no log file then. A log that cannot be opened, or an
+/// exporter that cannot be built, is no error: the program runs without it (the log says so
+/// when there is one).
+pub fn init(binary: &str, default_log: Option<&str>) -> Guard {
+    let (log_layer, log_guard) = match log_writer(binary, default_log) {
+        Some((writer, guard, filter)) => {
+            let layer = tracing_subscriber::fmt::layer()
+                .json()
+                .with_ansi(false)
+                .with_current_span(true)
+                .with_span_list(false)
+                .with_writer(writer)
+                .with_filter(EnvFilter::new(filter));
+            (Some(layer), Some(guard))
+        }
+        None => (None, None),
+    };
+    #[cfg(feature = "otel")]
+    {
+        let exporter = otel::Exporter::from_env(binary);
+        let otel_layer = exporter.as_ref().map(|e| e.layer());
+        if log_layer.is_none() && otel_layer.is_none() {
+            return Guard {
+                _log: None,
+                otel: None,
+            };
+        }
+        let _ = tracing_subscriber::registry()
+            .with(log_layer)
+            .with(otel_layer)
+            .try_init();
+        Guard {
+            _log: log_guard,
+            otel: exporter,
+        }
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        if let Some(layer) = log_layer {
+            let _ = tracing_subscriber::registry().with(layer).try_init();
+        }
+        Guard { _log: log_guard }
+    }
+}
+
+/// The log file's writer and filter, when logging is on.
+fn log_writer(
+    binary: &str,
+    default: Option<&str>,
+) -> Option<(
+    tracing_appender::non_blocking::NonBlocking,
+    WorkerGuard,
+    String,
+)> {
+    let filter = match (std::env::var("ANVIL_LOG"), default) {
+        (Ok(f), _) if !f.trim().is_empty() => f,
+        (_, Some(d)) => d.to_string(),
+        _ => return None,
+    };
+    let dir = anvil_llm::config::data_dir()?.join("logs");
+    std::fs::create_dir_all(&dir).ok()?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{binary}.log")))
+        .ok()?;
+    let (writer, guard) = tracing_appender::non_blocking(file);
+    Some((writer, guard, filter))
+}
+
+/// `span`'s W3C trace context, for a child process's `TRACEPARENT`; `None` when no trace is
+/// being exported.
+pub fn traceparent(span: &Span) -> Option<String> {
+    #[cfg(feature = "otel")]
+    {
+        otel::traceparent(span)
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = span;
+        None
+    }
+}
+
+/// `span`'s trace id (32 hex digits), when a trace is being exported.
+pub fn trace_id(span: &Span) -> Option<String> {
+    #[cfg(feature = "otel")]
+    {
+        otel::trace_id(span)
+    }
+    #[cfg(not(feature = "otel"))]
+    {
+        let _ = span;
+        None
+    }
+}
+
+/// Makes `span` continue the trace this process was started in (`TRACEPARENT`), when there is
+/// a valid one; a malformed value is ignored.
+pub fn adopt_parent(span: &Span) {
+    #[cfg(feature = "otel")]
+    otel::adopt_parent(span);
+    #[cfg(not(feature = "otel"))]
+    let _ = span;
+}
+
+#[cfg(feature = "otel")]
+mod otel {
+    use std::collections::HashMap;
+
+    use opentelemetry::propagation::TextMapPropagator;
+    use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+    use opentelemetry_otlp::{Protocol, WithExportConfig};
+    use opentelemetry_sdk::propagation::TraceContextPropagator;
+    use opentelemetry_sdk::trace::SdkTracerProvider;
+    use tracing::Span;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::filter::LevelFilter;
+
+    use super::{FLUSH_TIMEOUT, TRACEPARENT};
+
+    /// The OTLP exporter and what it runs on.
+    pub(super) struct Exporter {
+        provider: SdkTracerProvider,
+        /// gRPC (tonic) needs a Tokio runtime of its own, apart from the program's: one
+        /// worker thread, only when gRPC is chosen.
+        runtime: Option<tokio::runtime::Runtime>,
+    }
+
+    impl Exporter {
+        /// The exporter the standard environment asks for; `None` when no endpoint is set (or
+        /// the exporter cannot be built, which is logged).
+        pub(super) fn from_env(binary: &str) -> Option<Exporter> {
+            let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.trim().is_empty());
+            if !set("OTEL_EXPORTER_OTLP_ENDPOINT") && !set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+                return None;
+            }
+            let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
+                .unwrap_or_default();
+            let (exporter, runtime) = if protocol.trim().eq_ignore_ascii_case("grpc") {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("anvil-otlp")
+                    .enable_all()
+                    .build()
+                    .ok()?;
+                let _entered = runtime.enter();
+                let exporter = opentelemetry_otlp::SpanExporter::builder()
+                    .with_tonic()
+                    .build();
+                (exporter, Some(runtime))
+            } else {
+                let exporter = opentelemetry_otlp::SpanExporter::builder()
+                    .with_http()
+                    .with_protocol(Protocol::HttpBinary)
+                    .build();
+                (exporter, None)
+            };
+            let exporter = match exporter {
+                Ok(e) => e,
+                Err(e) => {
+                    eprintln!("anvil: OTLP export is off: {e}");
+                    return None;
+                }
+            };
+            let resource = opentelemetry_sdk::Resource::builder()
+                .with_service_name(binary.to_string())
+                .with_attribute(opentelemetry::KeyValue::new(
+                    "service.version",
+                    env!("CARGO_PKG_VERSION"),
+                ))
+                .build();
+            let provider = SdkTracerProvider::builder()
+                .with_batch_exporter(exporter)
+                .with_resource(resource)
+                .build();
+            Some(Exporter { provider, runtime })
+        }
+
+        /// The layer that turns `info` spans into exported ones.
+        pub(super) fn layer<S>(&self) -> impl Layer<S> + use<S>
+        where
+            S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+        {
+            tracing_opentelemetry::layer()
+                .with_tracer(self.provider.tracer("anvil"))
+                .with_filter(LevelFilter::INFO)
+        }
+
+        /// Exports what is left, waiting at most [`FLUSH_TIMEOUT`].
+        pub(super) fn shutdown(self) {
+            let _ = self.provider.shutdown_with_timeout(FLUSH_TIMEOUT);
+            if let Some(runtime) = self.runtime {
+                runtime.shutdown_timeout(FLUSH_TIMEOUT);
+            }
+        }
+    }
+
+    pub(super) fn traceparent(span: &Span) -> Option<String> {
+        let cx = span.context();
+        if !cx.span().span_context().is_valid() {
+            return None;
+        }
+        let mut carrier = HashMap::new();
+        TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+        carrier.remove("traceparent")
+    }
+
+    pub(super) fn trace_id(span: &Span) -> Option<String> {
+        let cx = span.context();
+        let sc = cx.span().span_context().clone();
+        sc.is_valid().then(|| sc.trace_id().to_string())
+    }
+
+    pub(super) fn adopt_parent(span: &Span) {
+        let Ok(value) = std::env::var(TRACEPARENT) else {
+            return;
+        };
+        let carrier = HashMap::from([("traceparent".to_string(), value.trim().to_string())]);
+        let cx = TraceContextPropagator::new().extract(&carrier);
+        if cx.span().span_context().is_valid() {
+            let _ = span.set_parent(cx);
+        }
+    }
+}
