@@ -12,6 +12,7 @@ pub mod databases;
 pub mod fixtures;
 pub mod home;
 pub mod model_server;
+pub mod otlp;
 pub mod poll;
 pub mod procs;
 pub mod raw_server;

@@ -3,4 +3,5 @@ mod hidden_answer;
 mod lost_queue;
 mod pinned_config;
 mod sweep;
+mod traces;
 mod transcripts;

@@ -261,3 +261,51 @@ async fn a_malformed_traceparent_is_ignored_and_a_dead_endpoint_fails_nothing() 
         assert_eq!(result["outcome"], "done");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_headless_turn_exports_nested_genai_spans_over_http_protobuf() {
+    let server = one_tool_call().await;
+    let (home, repo) = machine(&server);
+    let tap = anvil_test_support::otlp::Oteltap::start();
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    let out = run(
+        &home,
+        &repo,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &tap.endpoint()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"),
+            ("TRACEPARENT", &traceparent),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let spans: Vec<Span> = tap
+        .lines(7, Duration::from_secs(20))
+        .iter()
+        .map(|line| Span {
+            name: line["name"].as_str().unwrap_or_default().to_string(),
+            span_id: line["spanId"].as_str().unwrap_or_default().to_string(),
+            parent: line["parentSpanId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            trace: line["traceId"].as_str().unwrap_or_default().to_string(),
+            attributes: line["attributes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|kv| {
+                    let value = kv["value"]
+                        .as_object()
+                        .and_then(|v| v.values().next())
+                        .map(|v| match v {
+                            serde_json::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        })
+                        .unwrap_or_default();
+                    (kv["key"].as_str().unwrap_or_default().to_string(), value)
+                })
+                .collect(),
+        })
+        .collect();
+    check_turn(&spans, Some(TRACE));
+}
