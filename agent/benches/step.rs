@@ -8,6 +8,11 @@
 //! costs nothing: the per-step cost of sessions excluding the documented syncs (their disk
 //! cost is in the `session` bench).
 //!
+//! `…_traced_json_log` runs the same turn with a subscriber recording every span and event as
+//! a JSON log line (to a sink): what `ANVIL_LOG=info` costs. `…_traced_otlp` exports every
+//! span over OTLP/gRPC to a local in-process receiver (the SDK's batch exporter, as `anvil`
+//! runs it). Without a subscriber (the first bench) the spans are disabled callsites.
+//!
 //! Run: `cargo bench -p anvil-agent`.
 
 use std::sync::Arc;
@@ -20,6 +25,7 @@ use anvil_agent::{Agent, AgentConfig, EventSink, ToolContext, ToolRegistry, Turn
 use anvil_llm::ContentBlock;
 use anvil_llm::testing::{ScriptedProvider, script};
 use divan::Bencher;
+use opentelemetry_otlp::WithExportConfig;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -144,4 +150,55 @@ fn read_file_1000_calls_alone(bencher: Bencher) {
             }
         })
     });
+}
+
+#[divan::bench(sample_count = 10)]
+fn turn_of_1000_read_file_steps_traced_json_log(bencher: Bencher) {
+    let rt = runtime();
+    let f = fixture();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_max_level(tracing::Level::INFO)
+        .with_current_span(true)
+        .with_writer(std::io::sink)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    bencher
+        .with_inputs(|| scripted_agent(&f))
+        .bench_local_values(|agent| run_turn(&rt, agent));
+}
+
+#[divan::bench(sample_count = 10)]
+fn turn_of_1000_read_file_steps_traced_otlp(bencher: Bencher) {
+    use opentelemetry::trace::TracerProvider as _;
+    use tracing_subscriber::layer::SubscriberExt;
+    // The receiver and the exporter's runtime, apart from the turn's (as in `anvil`).
+    let otlp_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let collector = otlp_rt
+        .block_on(fake_opentelemetry_collector::FakeCollectorServer::start())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let provider = {
+        let _entered = otlp_rt.enter();
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(collector.endpoint())
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        opentelemetry_sdk::trace::SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .build()
+    };
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(provider.tracer("bench")));
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let rt = runtime();
+    let f = fixture();
+    bencher
+        .with_inputs(|| scripted_agent(&f))
+        .bench_local_values(|agent| run_turn(&rt, agent));
+    let _ = provider.shutdown();
 }

@@ -132,6 +132,14 @@ enum Step {
     Finished(TurnOutcome),
 }
 
+/// A model request that was sent ([`Agent::metered`]).
+struct Metered {
+    sampled: Result<Option<anvil_llm::Completion>, LlmError>,
+    /// Its span, for the usage still to record.
+    chat: tracing::Span,
+    reservation: Option<anvil_llm::cost::Reservation>,
+}
+
 impl Agent {
     pub fn new(
         provider: Arc<dyn Provider>,
@@ -361,6 +369,39 @@ impl Agent {
         Ok(Some(reservation))
     }
 
+    /// One model request, metered: admitted against the budget ([`Agent::admit`], about
+    /// `input_tokens`), streamed in its `chat` span, its reservation settled when no usage came
+    /// back ([`Agent::settle`]). `request`: a request of its own (compaction's summary, whose
+    /// deltas are not forwarded), else the session's. `Err`: why the budget refused it.
+    async fn metered(
+        &mut self,
+        request: Option<&ChatRequest>,
+        input_tokens: u64,
+        cancel: &CancellationToken,
+    ) -> Result<Metered, String> {
+        let max_tokens = request.map_or(self.request.max_tokens, |r| r.max_tokens);
+        let reservation = self.admit(input_tokens, max_tokens)?;
+        let forward = request.is_none();
+        let req = request.unwrap_or(&self.request);
+        let chat = crate::telemetry::chat(self.provider_system(), &req.model, max_tokens);
+        let sampled = stream_completion(
+            &*self.provider,
+            req,
+            &mut self.events,
+            cancel,
+            forward,
+            &chat,
+        )
+        .instrument(chat.clone())
+        .await;
+        self.settle(&chat, reservation, &sampled);
+        Ok(Metered {
+            sampled,
+            chat,
+            reservation,
+        })
+    }
+
     /// After a request: a response that got no reported usage (it failed or was cancelled)
     /// settles its reservation with its input part as an estimate, never a known 0; a
     /// response's usage settles it in [`Agent::commit_usage`].
@@ -556,26 +597,14 @@ impl Agent {
         if cancel.is_cancelled() {
             return Step::Finished(TurnOutcome::Cancelled);
         }
-        let reservation = match self.admit(self.context_tokens(), self.request.max_tokens) {
-            Ok(r) => r,
+        let Metered {
+            sampled,
+            chat,
+            reservation,
+        } = match self.metered(None, self.context_tokens(), cancel).await {
+            Ok(m) => m,
             Err(reason) => return Step::Finished(TurnOutcome::BudgetExceeded { reason }),
         };
-        let chat = crate::telemetry::chat(
-            self.provider_system(),
-            &self.request.model,
-            self.request.max_tokens,
-        );
-        let sampled = stream_completion(
-            &*self.provider,
-            &self.request,
-            &mut self.events,
-            cancel,
-            true,
-            &chat,
-        )
-        .instrument(chat.clone())
-        .await;
-        self.settle(&chat, reservation, &sampled);
         let completion = match sampled {
             Ok(Some(c)) => c,
             Ok(None) => return Step::Finished(TurnOutcome::Cancelled),
@@ -712,23 +741,14 @@ impl Agent {
             crate::context::compact::summary_request(&self.request, &self.request.messages, focus);
         // The focus is part of the summary request: it is reserved for too.
         let tokens = before + focus.map_or(0, crate::context::budget::estimate_text);
-        let reservation = match self.admit(tokens, request.max_tokens) {
-            Ok(r) => r,
+        let Metered {
+            sampled,
+            chat,
+            reservation,
+        } = match self.metered(Some(&request), tokens, cancel).await {
+            Ok(m) => m,
             Err(reason) => return Err(format!("the summary request was not sent: {reason}")),
         };
-        let chat =
-            crate::telemetry::chat(self.provider_system(), &request.model, request.max_tokens);
-        let sampled = stream_completion(
-            &*self.provider,
-            &request,
-            &mut self.events,
-            cancel,
-            false,
-            &chat,
-        )
-        .instrument(chat.clone())
-        .await;
-        self.settle(&chat, reservation, &sampled);
         let completion = match sampled {
             Ok(Some(c)) => c,
             Ok(None) => return Err("cancelled".into()),
