@@ -630,7 +630,13 @@ impl Agent {
         let (cost_usd, estimated) = self
             .commit_usage(completion.usage, reservation, &message)
             .await;
-        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd, estimated);
+        crate::telemetry::record_usage(
+            &chat,
+            &self.request.model,
+            &completion.usage,
+            cost_usd,
+            estimated,
+        );
         drop(chat);
 
         let abnormal = match &completion.finish {
@@ -757,7 +763,13 @@ impl Agent {
         let (cost_usd, estimated) = self
             .commit_usage(completion.usage, reservation, &completion.message)
             .await;
-        crate::telemetry::record_usage(&chat, &completion.usage, cost_usd, estimated);
+        crate::telemetry::record_usage(
+            &chat,
+            &self.request.model,
+            &completion.usage,
+            cost_usd,
+            estimated,
+        );
         if !completion.is_committed() {
             return Err(format!(
                 "the summary did not finish ({})",

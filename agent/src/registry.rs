@@ -108,8 +108,10 @@ impl ToolRegistry {
         ctx: &ToolContext,
     ) -> ContentBlock {
         let span = crate::telemetry::execute_tool(name, call_id);
+        let started = std::time::Instant::now();
         let (text, is_error) = self.run(name, args, ctx).instrument(span.clone()).await;
         span.record("anvil.is_error", is_error);
+        crate::telemetry::record_tool_duration(name, started.elapsed().as_secs_f64(), is_error);
         let text = truncate_middle(&self.redactor.redact(&text), self.max_output_chars);
         ContentBlock::tool_result(call_id, text, is_error)
     }

@@ -6,10 +6,18 @@
 //! `otel.name` is the exported span name (tracing's own names are static).
 //!
 //! Spans never carry prompt or tool content: only names, ids, token counts, costs, outcomes.
+//!
+//! Metrics are `tracing` events under the target [`METRICS`] whose fields name the instrument
+//! (`histogram.…`, `monotonic_counter.…`, the convention `tracing-opentelemetry`'s metrics
+//! layer reads): `gen_ai.client.token.usage` by model and token type, `anvil.cost.usd` by model
+//! and accounting, `anvil.tool.duration` (seconds) by tool.
 
 use anvil_llm::Usage;
 use tracing::Span;
 use tracing::field::Empty;
+
+/// The target of the metric events.
+pub const METRICS: &str = "anvil::metrics";
 
 /// One turn of the agent.
 pub fn invoke_agent(provider: &str, model: &str, conversation: Option<&str>) -> Span {
@@ -59,7 +67,43 @@ pub fn chat(provider: &str, model: &str, max_tokens: u32) -> Span {
 
 /// Records a response's usage and cost on its `chat` span: total input (cached included) in
 /// the standard field, its partitions under `anvil.*`.
-pub fn record_usage(span: &Span, usage: &Usage, cost_usd: Option<f64>, estimated: bool) {
+pub fn record_usage(
+    span: &Span,
+    model: &str,
+    usage: &Usage,
+    cost_usd: Option<f64>,
+    estimated: bool,
+) {
+    let accounting = match (cost_usd, estimated) {
+        (None, _) => "unknown",
+        (Some(_), true) => "estimated",
+        (Some(_), false) => "reported",
+    };
+    tracing::event!(
+        target: METRICS,
+        tracing::Level::INFO,
+        histogram.gen_ai.client.token.usage = usage.total_input(),
+        gen_ai.token.type = "input",
+        gen_ai.operation.name = "chat",
+        gen_ai.request.model = model,
+    );
+    tracing::event!(
+        target: METRICS,
+        tracing::Level::INFO,
+        histogram.gen_ai.client.token.usage = usage.output,
+        gen_ai.token.type = "output",
+        gen_ai.operation.name = "chat",
+        gen_ai.request.model = model,
+    );
+    if let Some(usd) = cost_usd {
+        tracing::event!(
+            target: METRICS,
+            tracing::Level::INFO,
+            monotonic_counter.anvil.cost.usd = usd,
+            gen_ai.request.model = model,
+            anvil.cost.accounting = accounting,
+        );
+    }
     span.record("gen_ai.usage.input_tokens", usage.total_input());
     span.record("gen_ai.usage.output_tokens", usage.output);
     span.record("anvil.usage.uncached_input_tokens", usage.input);
@@ -77,6 +121,17 @@ pub fn record_usage(span: &Span, usage: &Usage, cost_usd: Option<f64>, estimated
             span.record("anvil.cost.accounting", "unknown");
         }
     }
+}
+
+/// How long a tool call took, as a metric.
+pub fn record_tool_duration(name: &str, seconds: f64, is_error: bool) {
+    tracing::event!(
+        target: METRICS,
+        tracing::Level::INFO,
+        histogram.anvil.tool.duration = seconds,
+        gen_ai.tool.name = name,
+        anvil.is_error = is_error,
+    );
 }
 
 /// One tool call.

@@ -75,6 +75,7 @@ pub fn init(binary: &str, default_log: Option<&str>) -> Guard {
     {
         let exporter = otel::Exporter::from_env(binary);
         let otel_layer = exporter.as_ref().map(|e| e.layer());
+        let metrics_layer = exporter.as_ref().map(|e| e.metrics_layer());
         if log_layer.is_none() && otel_layer.is_none() {
             return Guard {
                 _log: None,
@@ -84,6 +85,7 @@ pub fn init(binary: &str, default_log: Option<&str>) -> Guard {
         let _ = tracing_subscriber::registry()
             .with(log_layer)
             .with(otel_layer)
+            .with(metrics_layer)
             .try_init();
         Guard {
             _log: log_guard,
@@ -167,6 +169,7 @@ mod otel {
     use opentelemetry::propagation::TextMapPropagator;
     use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
     use opentelemetry_otlp::{Protocol, WithExportConfig};
+    use opentelemetry_sdk::metrics::SdkMeterProvider;
     use opentelemetry_sdk::propagation::TraceContextPropagator;
     use opentelemetry_sdk::trace::SdkTracerProvider;
     use tracing::Span;
@@ -176,9 +179,10 @@ mod otel {
 
     use super::{FLUSH_TIMEOUT, TRACEPARENT};
 
-    /// The OTLP exporter and what it runs on.
+    /// The OTLP exporters (traces and metrics) and what they run on.
     pub(super) struct Exporter {
         provider: SdkTracerProvider,
+        meters: SdkMeterProvider,
         /// gRPC (tonic) needs a Tokio runtime of its own, apart from the program's: one
         /// worker thread, only when gRPC is chosen.
         runtime: Option<tokio::runtime::Runtime>,
@@ -195,29 +199,48 @@ mod otel {
             let protocol = std::env::var("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
                 .or_else(|_| std::env::var("OTEL_EXPORTER_OTLP_PROTOCOL"))
                 .unwrap_or_default();
-            let (exporter, runtime) = if protocol.trim().eq_ignore_ascii_case("grpc") {
-                let runtime = tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .thread_name("anvil-otlp")
-                    .enable_all()
-                    .build()
-                    .ok()?;
-                let _entered = runtime.enter();
-                let exporter = opentelemetry_otlp::SpanExporter::builder()
+            let grpc = protocol.trim().eq_ignore_ascii_case("grpc");
+            let runtime = match grpc {
+                true => Some(
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(1)
+                        .thread_name("anvil-otlp")
+                        .enable_all()
+                        .build()
+                        .ok()?,
+                ),
+                false => None,
+            };
+            let _entered = runtime.as_ref().map(|r| r.enter());
+            let built = if grpc {
+                opentelemetry_otlp::SpanExporter::builder()
                     .with_tonic()
-                    .build();
-                (exporter, Some(runtime))
+                    .build()
+                    .and_then(|spans| {
+                        opentelemetry_otlp::MetricExporter::builder()
+                            .with_tonic()
+                            .build()
+                            .map(|metrics| (spans, metrics))
+                    })
             } else {
-                let exporter = opentelemetry_otlp::SpanExporter::builder()
+                opentelemetry_otlp::SpanExporter::builder()
                     .with_http()
                     .with_protocol(Protocol::HttpBinary)
-                    .build();
-                (exporter, None)
+                    .build()
+                    .and_then(|spans| {
+                        opentelemetry_otlp::MetricExporter::builder()
+                            .with_http()
+                            .with_protocol(Protocol::HttpBinary)
+                            .build()
+                            .map(|metrics| (spans, metrics))
+                    })
             };
-            let exporter = match exporter {
+            // The program's stderr is its own: a broken exporter is logged (when there is a
+            // log) and otherwise silent, never a failed turn.
+            let (exporter, metric_exporter) = match built {
                 Ok(e) => e,
                 Err(e) => {
-                    eprintln!("anvil: OTLP export is off: {e}");
+                    tracing::warn!("OTLP export is off: {e}");
                     return None;
                 }
             };
@@ -230,9 +253,18 @@ mod otel {
                 .build();
             let provider = SdkTracerProvider::builder()
                 .with_batch_exporter(exporter)
+                .with_resource(resource.clone())
+                .build();
+            let meters = SdkMeterProvider::builder()
+                .with_periodic_exporter(metric_exporter)
                 .with_resource(resource)
                 .build();
-            Some(Exporter { provider, runtime })
+            drop(_entered);
+            Some(Exporter {
+                provider,
+                meters,
+                runtime,
+            })
         }
 
         /// The layer that turns `info` spans into exported ones.
@@ -245,9 +277,21 @@ mod otel {
                 .with_filter(LevelFilter::INFO)
         }
 
-        /// Exports what is left, waiting at most [`FLUSH_TIMEOUT`].
+        /// Metric events (target `anvil::metrics`) as OTLP metrics.
+        pub(super) fn metrics_layer<S>(&self) -> impl Layer<S> + use<S>
+        where
+            S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+        {
+            tracing_opentelemetry::MetricsLayer::new(self.meters.clone()).with_filter(
+                tracing_subscriber::filter::Targets::new()
+                    .with_target(anvil_agent::telemetry::METRICS, LevelFilter::INFO),
+            )
+        }
+
+        /// Exports what is left, waiting at most [`FLUSH_TIMEOUT`] for each signal.
         pub(super) fn shutdown(self) {
             let _ = self.provider.shutdown_with_timeout(FLUSH_TIMEOUT);
+            let _ = self.meters.shutdown_with_timeout(FLUSH_TIMEOUT);
             if let Some(runtime) = self.runtime {
                 runtime.shutdown_timeout(FLUSH_TIMEOUT);
             }

@@ -76,11 +76,28 @@ impl Oteltap {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Every NDJSON line received so far, once there are at least `n` (or `timeout` passed).
-    pub fn lines(&self, n: usize, timeout: Duration) -> Vec<Value> {
+    /// The spans received so far (the NDJSON lines with a `spanId`), once there are at least
+    /// `n` (or `timeout` passed).
+    pub fn spans(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        self.wait(n, timeout, |l| l.get("spanId").is_some())
+    }
+
+    /// The other lines (metrics, logs) received so far, once there are at least `n`.
+    pub fn others(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        self.wait(n, timeout, |l| l.get("spanId").is_none())
+    }
+
+    fn wait(&self, n: usize, timeout: Duration, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
         let started = Instant::now();
         loop {
-            let lines = self.lines.lock().unwrap().clone();
+            let lines: Vec<Value> = self
+                .lines
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| keep(l))
+                .cloned()
+                .collect();
             if lines.len() >= n || started.elapsed() > timeout {
                 return lines;
             }

@@ -110,6 +110,18 @@ async fn a_sweep_of_two_trials_exports_two_trial_traces_joined_across_processes(
         );
     }
 
+    // Trial outcomes as a metric, from the worker; token usage from the children.
+    let metrics =
+        serde_json::to_string(&collector.exported_metrics(2, Duration::from_secs(30)).await)
+            .unwrap();
+    for name in ["anvil.trials", "gen_ai.client.token.usage"] {
+        assert!(
+            metrics.contains(&format!("\"name\":\"{name}\"")),
+            "{name}: {metrics}"
+        );
+    }
+    assert!(metrics.contains("passed"), "{metrics}");
+
     // Each record names its trial's trace.
     let export = support::evals_command(
         home.path(),

@@ -228,9 +228,29 @@ impl Shared {
                     span.record("anvil.cost_usd", cost);
                 }
                 tracing::info!(parent: &span, outcome = ?record.outcome, pass = ?record.pass, cost_usd = ?record.cost_usd, duration_ms = record.duration_ms, "trial finished");
+                let result = match record.counted_pass() {
+                    Some(true) => "passed",
+                    Some(false) => "failed",
+                    None if record.not_admitted() => "not_admitted",
+                    None => "infra_error",
+                };
+                tracing::event!(
+                    target: anvil_agent::telemetry::METRICS,
+                    tracing::Level::INFO,
+                    monotonic_counter.anvil.trials = 1u64,
+                    gen_ai.request.model = %job.model,
+                    anvil.result = result,
+                );
             }
             TrialEnd::Infra { reason, .. } => {
                 span.record("anvil.outcome", "infra_error");
+                tracing::event!(
+                    target: anvil_agent::telemetry::METRICS,
+                    tracing::Level::INFO,
+                    monotonic_counter.anvil.trials = 1u64,
+                    gen_ai.request.model = %job.model,
+                    anvil.result = "infra_error",
+                );
                 tracing::warn!(parent: &span, "trial failed (infrastructure): {reason}");
             }
             TrialEnd::Cancelled => {

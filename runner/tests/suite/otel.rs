@@ -199,6 +199,23 @@ async fn a_headless_turn_exports_nested_genai_spans_over_grpc() {
     // The session id is the conversation's.
     assert!(!attr(by_name(&spans, "anvil -p")[0], "gen_ai.conversation.id").is_empty());
     check_turn(&from_fake(&spans), Some(TRACE));
+    // Metrics, exported at exit: tokens by model and type, cost by model, tool durations.
+    let metrics = collector.exported_metrics(1, Duration::from_secs(20)).await;
+    let text = serde_json::to_string(&metrics).unwrap();
+    for name in [
+        "gen_ai.client.token.usage",
+        "anvil.cost.usd",
+        "anvil.tool.duration",
+    ] {
+        assert!(
+            text.contains(&format!("\"name\":\"{name}\"")),
+            "{name}: {text}"
+        );
+    }
+    for attribute in ["claude-priced", "read_file", "reported", "input", "output"] {
+        assert!(text.contains(attribute), "{attribute}: {text}");
+    }
+    assert!(!text.contains("SECRET"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -277,7 +294,7 @@ async fn a_headless_turn_exports_nested_genai_spans_over_http_protobuf() {
     );
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     let spans: Vec<Span> = tap
-        .lines(7, Duration::from_secs(20))
+        .spans(7, Duration::from_secs(20))
         .iter()
         .map(|line| Span {
             name: line["name"].as_str().unwrap_or_default().to_string(),
@@ -306,4 +323,6 @@ async fn a_headless_turn_exports_nested_genai_spans_over_http_protobuf() {
         })
         .collect();
     check_turn(&spans, Some(TRACE));
+    let metrics = serde_json::to_string(&tap.others(1, Duration::from_secs(20))).unwrap();
+    assert!(metrics.contains("gen_ai.client.token.usage"), "{metrics}");
 }
