@@ -181,11 +181,23 @@ fn turn_of_1000_read_file_steps_traced_otlp(bencher: Bencher) {
     let collector = otlp_rt
         .block_on(fake_opentelemetry_collector::FakeCollectorServer::start())
         .unwrap_or_else(|e| panic!("{e}"));
+    let endpoint = collector.endpoint();
+    // The receiver is drained as it receives, as a real one would be.
+    let mut collector = collector;
+    otlp_rt.spawn(async move {
+        loop {
+            divan::black_box(
+                collector
+                    .exported_spans(1, std::time::Duration::from_millis(50))
+                    .await,
+            );
+        }
+    });
     let provider = {
         let _entered = otlp_rt.enter();
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
-            .with_endpoint(collector.endpoint())
+            .with_endpoint(endpoint)
             .build()
             .unwrap_or_else(|e| panic!("{e}"));
         opentelemetry_sdk::trace::SdkTracerProvider::builder()
