@@ -101,9 +101,16 @@ impl ChildEnv {
     pub fn vars(&self) -> Vec<(String, String)> {
         match &self.base {
             Some(base) => self.filter(base.iter().cloned()),
-            None => self.filter(std::env::vars()),
+            None => self.filter(utf8_vars()),
         }
     }
+}
+
+/// The process environment's variables that are valid UTF-8. `std::env::vars` panics on any
+/// other (printing its value, which may be a credential); such a variable is passed over:
+/// it cannot be a provider's key, and no text anvil writes can contain it.
+pub fn utf8_vars() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
 }
 
 fn looks_secret(name: &str) -> bool {
@@ -166,7 +173,7 @@ impl Redactor {
 
     /// From the current process environment.
     pub fn from_env() -> Self {
-        Self::from_vars(std::env::vars())
+        Self::from_vars(utf8_vars())
     }
 
     /// Registers credentials as (label, value) pairs; see [`Redactor::register`].

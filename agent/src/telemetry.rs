@@ -37,7 +37,7 @@ pub fn invoke_agent(provider: &str, model: &str, conversation: Option<&str>) -> 
 
 /// One step: a model request and the tools it asked for.
 pub fn step(step: u32) -> Span {
-    tracing::info_span!("step", anvil.step = step)
+    tracing::info_span!("step", anvil.step = i64::from(step))
 }
 
 /// One model request.
@@ -49,7 +49,7 @@ pub fn chat(provider: &str, model: &str, max_tokens: u32) -> Span {
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = provider,
         gen_ai.request.model = model,
-        gen_ai.request.max_tokens = max_tokens,
+        gen_ai.request.max_tokens = i64::from(max_tokens),
         gen_ai.response.model = Empty,
         gen_ai.response.finish_reasons = Empty,
         gen_ai.usage.input_tokens = Empty,
@@ -104,11 +104,13 @@ pub fn record_usage(
             anvil.cost.accounting = accounting,
         );
     }
-    span.record("gen_ai.usage.input_tokens", usage.total_input());
-    span.record("gen_ai.usage.output_tokens", usage.output);
-    span.record("anvil.usage.uncached_input_tokens", usage.input);
-    span.record("anvil.usage.cache_read_tokens", usage.cache_read);
-    span.record("anvil.usage.cache_write_tokens", usage.cache_write);
+    // As signed integers: an unsigned one is exported as a string, which backends cannot sum.
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    span.record("gen_ai.usage.input_tokens", int(usage.total_input()));
+    span.record("gen_ai.usage.output_tokens", int(usage.output));
+    span.record("anvil.usage.uncached_input_tokens", int(usage.input));
+    span.record("anvil.usage.cache_read_tokens", int(usage.cache_read));
+    span.record("anvil.usage.cache_write_tokens", int(usage.cache_write));
     match cost_usd {
         Some(usd) => {
             span.record("anvil.cost_usd", usd);

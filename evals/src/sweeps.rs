@@ -112,7 +112,7 @@ impl WorkerArgs {
                 keep_dir: false,
                 grading_root: None,
             },
-            env: std::env::vars().collect(),
+            env: anvil_agent::secrets::utf8_vars().collect(),
             slack: Duration::from_secs(120),
             artifacts_root: transcripts::root(self.workspaces.as_deref()),
         }

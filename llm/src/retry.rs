@@ -131,10 +131,12 @@ impl Provider for Retry {
                 );
                 return Err(error);
             }
+            // The error's kind only: its text can quote the provider's response body, which
+            // may echo the request (the prompt, a key).
             tracing::warn!(
                 provider = self.inner.name(),
-                error = %error,
                 status = error.kind(),
+                http_status = error.http_status(),
                 attempt,
                 delay_ms = delay.as_millis() as u64,
                 "retrying provider request"

@@ -115,6 +115,12 @@ fn log_writer(
         (_, Some(d)) => d.to_string(),
         _ => return None,
     };
+    // A filter that does not parse is `info` (EnvFilter::new would say so on stderr, which
+    // is the program's own).
+    let filter = match EnvFilter::try_new(&filter) {
+        Ok(_) => filter,
+        Err(_) => "info".to_string(),
+    };
     let dir = anvil_llm::config::data_dir()?.join("logs");
     std::fs::create_dir_all(&dir).ok()?;
     let file = std::fs::OpenOptions::new()
@@ -151,6 +157,25 @@ pub fn trace_id(span: &Span) -> Option<String> {
         let _ = span;
         None
     }
+}
+
+/// Whether `value` is a W3C `traceparent` of version 00 exactly as the standard writes it:
+/// `00-` 32 lowercase hex digits `-` 16 `-` 2, nothing else (the propagator alone accepts a
+/// leading `+` or short ids, and would join another trace).
+pub fn well_formed_traceparent(value: &str) -> bool {
+    let parts: Vec<&str> = value.split('-').collect();
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    parts.len() == 4
+        && parts[0] == "00"
+        && hex(parts[1], 32)
+        && hex(parts[2], 16)
+        && hex(parts[3], 2)
+        && parts[1].bytes().any(|b| b != b'0')
+        && parts[2].bytes().any(|b| b != b'0')
 }
 
 /// Makes `span` continue the trace this process was started in (`TRACEPARENT`), when there is
@@ -267,7 +292,9 @@ mod otel {
             })
         }
 
-        /// The layer that turns `info` spans into exported ones.
+        /// The layer that turns `info` spans into exported ones. Spans only: an event's text
+        /// (a provider's error, a failed trial's stderr) can quote content, so no event
+        /// becomes a span event.
         pub(super) fn layer<S>(&self) -> impl Layer<S> + use<S>
         where
             S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
@@ -275,6 +302,7 @@ mod otel {
             tracing_opentelemetry::layer()
                 .with_tracer(self.provider.tracer("anvil"))
                 .with_filter(LevelFilter::INFO)
+                .with_filter(tracing_subscriber::filter::filter_fn(|meta| meta.is_span()))
         }
 
         /// Metric events (target `anvil::metrics`) as OTLP metrics.
@@ -315,13 +343,44 @@ mod otel {
     }
 
     pub(super) fn adopt_parent(span: &Span) {
-        let Ok(value) = std::env::var(TRACEPARENT) else {
+        let Some(value) = std::env::var_os(TRACEPARENT).and_then(|v| v.into_string().ok()) else {
             return;
         };
-        let carrier = HashMap::from([("traceparent".to_string(), value.trim().to_string())]);
+        if !super::well_formed_traceparent(&value) {
+            return;
+        }
+        let carrier = HashMap::from([("traceparent".to_string(), value)]);
         let cx = TraceContextPropagator::new().extract(&carrier);
         if cx.span().span_context().is_valid() {
             let _ = span.set_parent(cx);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::well_formed_traceparent;
+
+    #[test]
+    fn only_a_standard_traceparent_is_continued() {
+        assert!(well_formed_traceparent(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        ));
+        for bad in [
+            "",
+            "garbage",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-+bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1",
+            "0A-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            " 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert!(!well_formed_traceparent(bad), "{bad:?}");
         }
     }
 }

@@ -341,7 +341,7 @@ pub fn auto_options(location: &QueueLocation) -> AutoOptions {
     }
     AutoOptions {
         anvil: crate::jobs::trial::TrialOptions::find_anvil(),
-        env: std::env::vars().collect(),
+        env: anvil_agent::secrets::utf8_vars().collect(),
         grade: GradeOptions {
             unsandboxed: false,
             keep_dir: false,

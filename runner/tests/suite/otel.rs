@@ -326,3 +326,69 @@ async fn a_headless_turn_exports_nested_genai_spans_over_http_protobuf() {
     let metrics = serde_json::to_string(&tap.others(1, Duration::from_secs(20))).unwrap();
     assert!(metrics.contains("gen_ai.client.token.usage"), "{metrics}");
 }
+
+/// A provider error whose body quotes the request (the prompt, the key) is retried: the
+/// retry's log event carries the error's kind only, no event becomes a span event, and the
+/// log file (ANVIL_LOG=debug) holds no content either. A variable that is not UTF-8 (here the
+/// TRACEPARENT itself) is passed over, never a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quoting_provider_error_reaches_neither_spans_nor_logs() {
+    use std::os::unix::ffi::OsStrExt;
+    let n = Arc::new(AtomicUsize::new(0));
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, move |_| {
+        match n.fetch_add(1, Ordering::SeqCst) {
+            0 => Answer::error(
+                500,
+                r#"{"type":"error","error":{"type":"api_error","message":"you sent SECRET-PROMPT with x-api-key SECRET-KEY"}}"#,
+            ),
+            _ => Answer::sse(anthropic_sse::text(
+                "done",
+                Usage {
+                    input: 10,
+                    output: 2,
+                },
+            )),
+        }
+    })
+    .await;
+    let (home, repo) = machine(&server);
+    let mut collector = FakeCollectorServer::start().await.unwrap();
+    let mut c = home.command(ANVIL);
+    c.current_dir(&repo)
+        .args(["-p", "SECRET-PROMPT hi", "--output-format", "json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("ANVIL_LOG", "debug")
+        .env(
+            "TRACEPARENT",
+            std::ffi::OsStr::from_bytes(b"00-4bf92f3577b34da6a3ce929d0e0e4736-\xff\xfe-01"),
+        )
+        .env(
+            "ANVIL_TEST_NOT_UTF8",
+            std::ffi::OsStr::from_bytes(b"SECRET-\xff"),
+        );
+    let out = c.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let spans = collector.exported_spans(4, Duration::from_secs(20)).await;
+    assert!(
+        by_name(&spans, "invoke_agent anvil").len() == 1,
+        "{spans:#?}"
+    );
+    let exported = format!("{spans:?}");
+    assert!(!exported.contains("SECRET"), "{exported}");
+    assert!(
+        spans.iter().all(|s| s.events.is_empty()),
+        "no span events: {spans:#?}"
+    );
+    let log = std::fs::read_to_string(home.path().join("data/anvil/logs/anvil.log")).unwrap();
+    assert!(log.contains("retrying provider request"), "{log}");
+    assert!(!log.contains("SECRET"), "{log}");
+    for line in log.lines() {
+        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+}
