@@ -156,12 +156,24 @@ fn read_file_1000_calls_alone(bencher: Bencher) {
 fn turn_of_1000_read_file_steps_traced_json_log(bencher: Bencher) {
     let rt = runtime();
     let f = fixture();
-    let subscriber = tracing_subscriber::fmt()
-        .json()
-        .with_max_level(tracing::Level::INFO)
-        .with_current_span(true)
-        .with_writer(std::io::sink)
-        .finish();
+    // The layer `anvil` logs with at ANVIL_LOG=info (runner/src/telemetry.rs): events only,
+    // metric events left out.
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    let subscriber = tracing_subscriber::registry().with(
+        tracing_subscriber::fmt::layer()
+            .json()
+            .with_current_span(false)
+            .with_span_list(false)
+            .with_writer(std::io::sink)
+            .with_filter(tracing_subscriber::EnvFilter::new(format!(
+                "info,{}=off",
+                anvil_agent::telemetry::METRICS
+            )))
+            .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                meta.is_event()
+            })),
+    );
     let _guard = tracing::subscriber::set_default(subscriber);
     bencher
         .with_inputs(|| scripted_agent(&f))

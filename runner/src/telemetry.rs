@@ -60,13 +60,22 @@ impl Drop for Guard {
 pub fn init(binary: &str, default_log: Option<&str>) -> Guard {
     let (log_layer, log_guard) = match log_writer(binary, default_log) {
         Some((writer, guard, filter)) => {
+            // Events only, each line with its own fields: a layer that saw spans would format
+            // every span's fields as it opens (tens of µs a step), and spans are the traces'.
             let layer = tracing_subscriber::fmt::layer()
                 .json()
                 .with_ansi(false)
-                .with_current_span(true)
+                .with_current_span(false)
                 .with_span_list(false)
                 .with_writer(writer)
-                .with_filter(EnvFilter::new(filter));
+                // Metric events are for the metrics exporter, not lines of the log.
+                .with_filter(EnvFilter::new(format!(
+                    "{filter},{}=off",
+                    anvil_agent::telemetry::METRICS
+                )))
+                .with_filter(tracing_subscriber::filter::filter_fn(|meta| {
+                    meta.is_event()
+                }));
             (Some(layer), Some(guard))
         }
         None => (None, None),
