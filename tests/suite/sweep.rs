@@ -836,6 +836,17 @@ async fn a_sweep_budget_admits_what_fits(postgres: bool) {
         text(&out)
     );
 
+    // The run logged each trial as JSON lines in its data directory, nothing of it on the
+    // terminal.
+    let log = std::fs::read_to_string(s.home.path().join("data/anvil/logs/anvil-evals.log"))
+        .unwrap_or_else(|e| panic!("no anvil-evals log: {e}"));
+    assert_eq!(log.matches("trial started").count(), 2, "{log}");
+    assert!(log.contains("trial finished"), "{log}");
+    for line in log.lines() {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    }
+    assert!(!text(&out).contains("trial finished"), "{}", text(&out));
+
     let recs = records(&s, "budget");
     assert_eq!(recs.len(), 2, "{recs:?}");
     let (ran, refused): (Vec<&Value>, Vec<&Value>) =
