@@ -304,13 +304,15 @@ impl Agent {
     /// the request's reservation), and tells the front end. A response whose provider reported
     /// no input usage (some servers send no usage, or only the output) is never a known cost:
     /// it is charged an estimate — the reservation's input part, plus the reported output or
-    /// else the output `message` holds. Returns the cost and whether it is estimated.
+    /// else the output `message` holds. The usage and cost go on the request's `chat` span and
+    /// into the metrics too.
     async fn commit_usage(
         &mut self,
         usage: anvil_llm::Usage,
         reservation: Option<anvil_llm::cost::Reservation>,
         message: &Message,
-    ) -> (Option<f64>, bool) {
+        chat: &tracing::Span,
+    ) {
         let estimated = usage.total_input() == 0;
         let cost_usd = self.pricing.map(|p| {
             if !estimated {
@@ -328,10 +330,10 @@ impl Agent {
             cost_usd,
             estimated,
         });
+        crate::telemetry::record_usage(chat, &self.request.model, &usage, cost_usd, estimated);
         self.events
             .send(AgentEvent::Usage { usage, cost_usd })
             .await;
-        (cost_usd, estimated)
     }
 
     /// Admits a request of about `input_tokens` with `max_output`: under a hard budget its
@@ -627,16 +629,8 @@ impl Agent {
         };
         let mut message = completion.message;
         self.mint_unique_ids(&mut message);
-        let (cost_usd, estimated) = self
-            .commit_usage(completion.usage, reservation, &message)
+        self.commit_usage(completion.usage, reservation, &message, &chat)
             .await;
-        crate::telemetry::record_usage(
-            &chat,
-            &self.request.model,
-            &completion.usage,
-            cost_usd,
-            estimated,
-        );
         drop(chat);
 
         let abnormal = match &completion.finish {
@@ -760,16 +754,8 @@ impl Agent {
             Ok(None) => return Err("cancelled".into()),
             Err(e) => return Err(format!("the summary request failed: {e}")),
         };
-        let (cost_usd, estimated) = self
-            .commit_usage(completion.usage, reservation, &completion.message)
+        self.commit_usage(completion.usage, reservation, &completion.message, &chat)
             .await;
-        crate::telemetry::record_usage(
-            &chat,
-            &self.request.model,
-            &completion.usage,
-            cost_usd,
-            estimated,
-        );
         if !completion.is_committed() {
             return Err(format!(
                 "the summary did not finish ({})",

@@ -12,6 +12,8 @@ use anvil_test_support::home::Home;
 use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
 use serde_json::{Value, json};
 
+use super::sessions::json_out;
+
 const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
 
 /// A server that asks for one `read_file` after another, forever, reporting more input than
@@ -48,16 +50,6 @@ fn run(home: &Home, repo: &PathBuf, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn json_out(out: &Output) -> Value {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-        panic!(
-            "{e}: stdout {stdout:?} stderr {:?}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 /// The `cost_reserved` amounts of the newest session file of `home`.

@@ -79,7 +79,8 @@ fn kill_9(child: &mut Child) {
     child.wait().unwrap();
 }
 
-fn json_out(out: &Output) -> Value {
+/// `anvil -p --output-format json`'s one object, or a panic showing what was printed.
+pub(super) fn json_out(out: &Output) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
         panic!(
