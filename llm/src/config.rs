@@ -182,6 +182,9 @@ pub struct ConfigFile {
     /// Resource limits of sandboxed commands (user config only).
     #[serde(default, skip_serializing_if = "SandboxLimits::is_unset")]
     pub sandbox: SandboxLimits,
+    /// MCP servers (a project's start only once it is trusted).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, crate::mcp_config::McpServerConfig>,
 }
 
 /// `[sandbox]`: resource limits of each sandboxed command. A key left out keeps anvil's
@@ -296,12 +299,20 @@ impl ConfigFile {
             .iter()
             .filter_map(|(alias, m)| m.pricing.as_ref().map(|p| (alias, p)))
             .collect();
-        // Without pricing the digest is what it was before pricing needed trust, so grants
-        // made then still hold.
-        let canonical = if pricing.is_empty() {
-            serde_json::to_string(&(&self.providers, &self.permissions.allow))
-        } else {
-            serde_json::to_string(&(&self.providers, &self.permissions.allow, &pricing))
+        // Without pricing (or MCP servers) the digest is what it was before they needed trust,
+        // so grants made then still hold. A server runs a command or receives credentials: a
+        // changed one needs a new grant.
+        let canonical = match (pricing.is_empty(), self.mcp_servers.is_empty()) {
+            (true, true) => serde_json::to_string(&(&self.providers, &self.permissions.allow)),
+            (false, true) => {
+                serde_json::to_string(&(&self.providers, &self.permissions.allow, &pricing))
+            }
+            (_, false) => serde_json::to_string(&(
+                &self.providers,
+                &self.permissions.allow,
+                &pricing,
+                &self.mcp_servers,
+            )),
         }
         .unwrap_or_default();
         hex::encode(Sha256::digest(canonical.as_bytes()))
@@ -347,6 +358,9 @@ pub struct Config {
     pub permissions: Vec<ConfiguredRule>,
     /// The user's `[sandbox]` limits.
     pub sandbox: SandboxLimits,
+    /// MCP servers: the user's, and a trusted project's (which replace the user's of the same
+    /// name); each checked ([`crate::mcp_config::McpServerConfig::check`]).
+    pub mcp_servers: BTreeMap<String, crate::mcp_config::McpServerConfig>,
 }
 
 fn add_rules(out: &mut Vec<ConfiguredRule>, kind: RuleKind, rules: &[String], path: &Path) {
@@ -375,6 +389,7 @@ impl Config {
             ignored: Vec::new(),
             permissions: Vec::new(),
             sandbox: Default::default(),
+            mcp_servers: BTreeMap::new(),
         };
         let provider = |kind, env: Option<&str>, base: Option<&str>| ProviderConfig {
             kind,
@@ -486,6 +501,14 @@ impl Config {
                 add_rules(&mut c.permissions, kind, rules, &path);
             }
             c.sandbox = file.sandbox;
+            for (name, server) in file.mcp_servers {
+                server
+                    .check(&name)
+                    .map_err(|e| LlmError::Config(format!("{}: {e}", path.display())))?;
+                c.mcp_servers.insert(name.clone(), server);
+                c.sources
+                    .insert(format!("mcp_servers.{name}"), source.clone());
+            }
             c.apply_instructions(file.default_model, file.models, &source);
         }
         if let Some((path, file)) = project {
@@ -551,6 +574,24 @@ impl Config {
                         "allow rules in a project config widen permissions and need a trust grant"
                             .into(),
                 });
+            }
+            for (name, server) in file.mcp_servers {
+                server
+                    .check(&name)
+                    .map_err(|e| LlmError::Config(format!("{}: {e}", path.display())))?;
+                if !project_trusted {
+                    c.ignored.push(IgnoredKey {
+                        key: format!("mcp_servers.{name}"),
+                        path: path.clone(),
+                        reason: "MCP servers in a project config run commands and receive \
+                                 credentials; they need a trust grant (`anvil trust`)"
+                            .into(),
+                    });
+                    continue;
+                }
+                c.mcp_servers.insert(name.clone(), server);
+                c.sources
+                    .insert(format!("mcp_servers.{name}"), source.clone());
             }
             let models = c.price_project_models(file.models, &path, project_trusted);
             c.apply_instructions(file.default_model, models, &source);
@@ -841,6 +882,62 @@ model = "qwen3:8b"
         assert_eq!(c.sources["providers.anthropic"], ConfigSource::BuiltIn);
         assert_eq!(c.ignored.len(), 1);
         assert_eq!(c.ignored[0].key, "providers.anthropic");
+    }
+
+    #[test]
+    fn a_projects_mcp_servers_start_only_once_trusted_and_are_part_of_its_grant() {
+        let user = file(
+            "[mcp_servers.time]\ncommand = \"uvx\"\nargs = [\"mcp-server-time\"]\n\n\
+             [mcp_servers.fs]\ncommand = \"npx\"\n",
+        );
+        let project = file(
+            "[mcp_servers.fs]\ncommand = \"./evil.sh\"\n\n[mcp_servers.db]\nurl = \"https://db.example/mcp\"\n",
+        );
+        let merge = |trusted| {
+            Config::merge(
+                Some(("u.toml".into(), user.clone())),
+                Some(("p.toml".into(), project.clone())),
+                trusted,
+            )
+            .unwrap()
+        };
+        let c = merge(false);
+        let names: Vec<&str> = c.mcp_servers.keys().map(String::as_str).collect();
+        assert_eq!(names, ["fs", "time"]);
+        assert_eq!(
+            c.mcp_servers["fs"].command.as_deref(),
+            Some("npx"),
+            "the user's, untouched"
+        );
+        let ignored: Vec<&str> = c.ignored.iter().map(|k| k.key.as_str()).collect();
+        assert_eq!(ignored, ["mcp_servers.db", "mcp_servers.fs"]);
+        let c = merge(true);
+        assert_eq!(c.mcp_servers["fs"].command.as_deref(), Some("./evil.sh"));
+        assert!(c.mcp_servers.contains_key("db"));
+        // A changed server changes what a grant covers; a file without servers keeps its
+        // digest from before servers needed trust.
+        let mut changed = project.clone();
+        changed
+            .mcp_servers
+            .get_mut("fs")
+            .unwrap()
+            .args
+            .push("--all".into());
+        assert_ne!(changed.trusted_digest(), project.trusted_digest());
+        let mut none = project.clone();
+        none.mcp_servers.clear();
+        assert_eq!(
+            none.trusted_digest(),
+            ConfigFile::default().trusted_digest()
+        );
+        // A server that cannot work is an error naming the file and the key.
+        let bad = file("[mcp_servers.x]\nurl = \"gopher://h\"\n");
+        let err = Config::merge(Some(("u.toml".into(), bad)), None, false).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("u.toml: mcp_servers.x: url 'gopher://h'"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod handoff;
 pub mod http;
 /// Transcript integrity: the invariant every request satisfies.
 pub mod integrity;
+pub mod mcp_config;
 /// Wire protocols: names, endpoints and the StreamState trait.
 pub mod protocol;
 /// The Provider trait and EventStream.

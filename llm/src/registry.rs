@@ -155,6 +155,7 @@ impl PinnedModel {
             ignored: Vec::new(),
             permissions: Vec::new(),
             sandbox: Default::default(),
+            mcp_servers: BTreeMap::new(),
         }
     }
 }
