@@ -339,9 +339,11 @@ impl Agent {
     /// Admits a request of about `input_tokens` with `max_output`: under a hard budget its
     /// reservation must fit what is left. A priced request's reservation is recorded before it
     /// is sent (so a killed process's is kept); returns it, to settle by [`Agent::settle`].
+    /// `input_tokens`: `None` for the session's own context, estimated only when the model is
+    /// priced (an estimate without a baseline walks the whole context).
     fn admit(
         &mut self,
-        input_tokens: u64,
+        input_tokens: Option<u64>,
         max_output: u32,
     ) -> Result<Option<anvil_llm::cost::Reservation>, String> {
         let Some(pricing) = self.pricing else {
@@ -354,6 +356,7 @@ impl Agent {
                 )),
             };
         };
+        let input_tokens = input_tokens.unwrap_or_else(|| self.context_tokens());
         let reservation = anvil_llm::cost::reservation(&pricing, input_tokens, max_output);
         if let Some(limit) = self.spend_limit {
             let spent = self.session.cost.spent() - limit.base;
@@ -372,13 +375,13 @@ impl Agent {
     }
 
     /// One model request, metered: admitted against the budget ([`Agent::admit`], about
-    /// `input_tokens`), streamed in its `chat` span, its reservation settled when no usage came
+    /// `input_tokens`, `None`: the session's context), streamed in its `chat` span, its reservation settled when no usage came
     /// back ([`Agent::settle`]). `request`: a request of its own (compaction's summary, whose
     /// deltas are not forwarded), else the session's. `Err`: why the budget refused it.
     async fn metered(
         &mut self,
         request: Option<&ChatRequest>,
-        input_tokens: u64,
+        input_tokens: Option<u64>,
         cancel: &CancellationToken,
     ) -> Result<Metered, String> {
         let max_tokens = request.map_or(self.request.max_tokens, |r| r.max_tokens);
@@ -603,7 +606,7 @@ impl Agent {
             sampled,
             chat,
             reservation,
-        } = match self.metered(None, self.context_tokens(), cancel).await {
+        } = match self.metered(None, None, cancel).await {
             Ok(m) => m,
             Err(reason) => return Step::Finished(TurnOutcome::BudgetExceeded { reason }),
         };
@@ -745,7 +748,7 @@ impl Agent {
             sampled,
             chat,
             reservation,
-        } = match self.metered(Some(&request), tokens, cancel).await {
+        } = match self.metered(Some(&request), Some(tokens), cancel).await {
             Ok(m) => m,
             Err(reason) => return Err(format!("the summary request was not sent: {reason}")),
         };

@@ -171,9 +171,15 @@ impl Redactor {
         Self::default().with_credentials(vars.into_iter().filter(|(name, _)| looks_secret(name)))
     }
 
-    /// From the current process environment.
+    /// From the current process environment. A value that is not UTF-8 is registered in its
+    /// lossy form (what it becomes in any text anvil writes), never passed over.
     pub fn from_env() -> Self {
-        Self::from_vars(utf8_vars())
+        Self::from_vars(std::env::vars_os().map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.to_string_lossy().into_owned(),
+            )
+        }))
     }
 
     /// Registers credentials as (label, value) pairs; see [`Redactor::register`].

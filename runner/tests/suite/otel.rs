@@ -364,7 +364,7 @@ async fn a_quoting_provider_error_reaches_neither_spans_nor_logs() {
             std::ffi::OsStr::from_bytes(b"00-4bf92f3577b34da6a3ce929d0e0e4736-\xff\xfe-01"),
         )
         .env(
-            "ANVIL_TEST_NOT_UTF8",
+            "ANVIL_TEST_NOT_UTF8_TOKEN",
             std::ffi::OsStr::from_bytes(b"SECRET-\xff"),
         );
     let out = c.output().unwrap();

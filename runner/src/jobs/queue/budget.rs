@@ -32,6 +32,17 @@ pub enum Admission {
 /// Float sums that fit exactly must not be refused for a rounding error.
 const EPSILON: f64 = 1e-9;
 
+/// `sqlx::query(sql)` with `key` bound as `$1`..`$4` (sweep, task, model, trial).
+macro_rules! keyed {
+    ($sql:expr, $key:expr) => {
+        sqlx::query($sql)
+            .bind(&$key.sweep)
+            .bind(&$key.task)
+            .bind(&$key.model)
+            .bind(i64::from($key.trial))
+    };
+}
+
 /// The trial's row, `$1`..`$4` being its key.
 macro_rules! trial {
     () => {
@@ -99,16 +110,11 @@ impl Db {
         let Some(before) = self.sweep_spend(&key.sweep).await? else {
             return Ok(Admission::Unbudgeted);
         };
-        let trial = i64::from(key.trial);
         let admitted = on_pool!(self, pool => {
             async {
                 let mut tx = pool.begin().await?;
                 for sql in [KEEP, CLEAR] {
-                    sqlx::query(sql)
-                        .bind(&key.sweep)
-                        .bind(&key.task)
-                        .bind(&key.model)
-                        .bind(trial)
+                    keyed!(sql, key)
                         .execute(&mut *tx)
                         .await?;
                 }
@@ -120,11 +126,7 @@ impl Db {
                     .await?
                     .rows_affected();
                 if n == 1 {
-                    sqlx::query(MARK)
-                        .bind(&key.sweep)
-                        .bind(&key.task)
-                        .bind(&key.model)
-                        .bind(trial)
+                    keyed!(MARK, key)
                         .bind(share)
                         .execute(&mut *tx)
                         .await?;
@@ -150,23 +152,14 @@ impl Db {
         key: &TrialKey,
         cost_usd: Option<f64>,
     ) -> Result<(), QueueError> {
-        let trial = i64::from(key.trial);
         on_pool!(self, pool => {
             async {
                 let mut tx = pool.begin().await?;
-                sqlx::query(SETTLE)
-                    .bind(&key.sweep)
-                    .bind(&key.task)
-                    .bind(&key.model)
-                    .bind(trial)
+                keyed!(SETTLE, key)
                     .bind(cost_usd)
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query(CLEAR)
-                    .bind(&key.sweep)
-                    .bind(&key.task)
-                    .bind(&key.model)
-                    .bind(trial)
+                keyed!(CLEAR, key)
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await
