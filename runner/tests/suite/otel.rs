@@ -392,3 +392,33 @@ async fn a_quoting_provider_error_reaches_neither_spans_nor_logs() {
         serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("{e}: {line}"));
     }
 }
+
+/// The exporter's queue is bounded: spans past it are dropped, never waited for, and the drop
+/// is counted in the log (here a queue of 2 for a turn of 7 spans, via the SDK's standard
+/// `OTEL_BSP_MAX_QUEUE_SIZE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_past_the_exporters_queue_are_dropped_and_counted_in_the_log() {
+    let server = one_tool_call().await;
+    let (home, repo) = machine(&server);
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let out = run(
+        &home,
+        &repo,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &dead),
+            ("OTEL_BSP_MAX_QUEUE_SIZE", "2"),
+            ("ANVIL_LOG", "warn"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(home.path().join("data/anvil/logs/anvil.log")).unwrap();
+    assert!(log.to_lowercase().contains("dropped"), "{log}");
+}
