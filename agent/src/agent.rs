@@ -34,7 +34,7 @@ use crate::approval::{ApprovalDecision, ApprovalRequest, Approver};
 use crate::context::{ContextBudget, ContextTracker};
 use crate::event::{AgentEvent, EventSink, TurnOutcome};
 use crate::permissions::{Decision, Policy};
-use crate::registry::ToolRegistry;
+use crate::registry::{Dispatched, ToolRegistry};
 use crate::session::{
     LoadedSession, Record, ReplaceReason, SessionError, SessionState, SessionWriter, repair,
 };
@@ -91,8 +91,11 @@ pub struct Agent {
     provider: Arc<dyn Provider>,
     tools: Arc<ToolRegistry>,
     /// The request sent each step. Its `messages` *is* the transcript, so a step costs no copy
-    /// of it; its `tools` are computed once, which also keeps the cache prefix stable.
+    /// of it; its `tools` are recomputed only when the registry's generation changes (an MCP
+    /// server connected, re-listed, a deferred tool was activated), which keeps the cache
+    /// prefix stable otherwise.
     request: ChatRequest,
+    tools_generation: u64,
     /// Kept in step with `request.messages`: every append is checked against it, so each step
     /// validates only what it adds.
     validator: TranscriptValidator,
@@ -153,6 +156,7 @@ impl Agent {
                 .map_or(ContextBudget::DEFAULT_WINDOW, u64::from),
             u64::from(cfg.max_tokens),
         );
+        let tools_generation = tools.generation();
         let request = ChatRequest {
             model: cfg.model,
             system: cfg.system,
@@ -173,6 +177,7 @@ impl Agent {
             events,
             permissions: None,
             session: SessionState::default(),
+            tools_generation,
             writer: None,
             unwritten: None,
             budget,
@@ -598,6 +603,11 @@ impl Agent {
     }
 
     async fn step(&mut self, step: u32, cancel: &CancellationToken) -> Step {
+        let generation = self.tools.generation();
+        if generation != self.tools_generation {
+            self.tools_generation = generation;
+            self.request.tools = self.tools.specs();
+        }
         self.make_room(cancel).await;
         if cancel.is_cancelled() {
             return Step::Finished(TurnOutcome::Cancelled);
@@ -852,7 +862,7 @@ impl Agent {
         cancel: &CancellationToken,
     ) -> Option<ContentBlock> {
         let (policy, approver) = self.permissions.as_ref()?;
-        let tool = Arc::clone(self.tools.get(name)?);
+        let tool = self.tools.get(name)?;
         let refused = |text: String| Some(ContentBlock::tool_result(id, text, true));
         match policy.decide(tool.as_ref(), args) {
             Decision::Allow => None,
@@ -899,13 +909,30 @@ impl Agent {
     }
 
     /// Runs a batch: concurrently when every call is read-only, else one by one in order (a
-    /// write followed by a read must observe the write). Results keep call order. Every call
-    /// is judged first; one that is not allowed gets an error result and never runs.
+    /// write followed by a read must observe the write). Results keep call order, and the
+    /// images tools returned follow all of them (providers want a step's results first).
+    /// Every call is judged first; one that is not allowed gets an error result and never runs.
     async fn run_tools(
         &mut self,
         calls: &[(String, String, Value)],
         cancel: &CancellationToken,
     ) -> Vec<ContentBlock> {
+        let ran = self.run_calls(calls, cancel).await;
+        let mut blocks = Vec::with_capacity(ran.len());
+        let mut images = Vec::new();
+        for d in ran {
+            blocks.push(d.result);
+            images.extend(d.images);
+        }
+        blocks.extend(images);
+        blocks
+    }
+
+    async fn run_calls(
+        &mut self,
+        calls: &[(String, String, Value)],
+        cancel: &CancellationToken,
+    ) -> Vec<Dispatched> {
         let ctx = ToolContext {
             cwd: self.cwd.clone(),
             cancel: cancel.child_token(),
@@ -933,29 +960,29 @@ impl Agent {
                     let ctx = &ctx;
                     async move {
                         match refused {
-                            Some(block) => block.clone(),
+                            Some(block) => Dispatched::result(block.clone()),
                             None => tools.dispatch(id, name, args, ctx).await,
                         }
                     }
                 },
             ))
             .await;
-            for (((_, name, _), result), refused) in calls.iter().zip(&ran).zip(&refused) {
+            for (((_, name, _), ran), refused) in calls.iter().zip(&ran).zip(&refused) {
                 if refused.is_none() {
-                    self.record_finish(result);
+                    self.record_finish(&ran.result);
                 }
-                self.finished(name, result).await;
+                self.finished(name, &ran.result).await;
             }
             return ran;
         }
         let mut results = Vec::with_capacity(calls.len());
         for (id, name, args) in calls {
             if cancel.is_cancelled() {
-                results.push(ContentBlock::tool_result(
+                results.push(Dispatched::result(ContentBlock::tool_result(
                     id.as_str(),
                     "Not executed: the turn was cancelled before this call ran.",
                     true,
-                ));
+                )));
                 continue;
             }
             self.started(id, name, args).await;
@@ -963,16 +990,16 @@ impl Agent {
                 Some(block) => Some(block),
                 None => self.record_start(id, name, args),
             };
-            let result = match refused {
-                Some(refused) => refused,
+            let ran = match refused {
+                Some(refused) => Dispatched::result(refused),
                 None => {
-                    let result = self.tools.dispatch(id, name, args, &ctx).await;
-                    self.record_finish(&result);
-                    result
+                    let ran = self.tools.dispatch(id, name, args, &ctx).await;
+                    self.record_finish(&ran.result);
+                    ran
                 }
             };
-            self.finished(name, &result).await;
-            results.push(result);
+            self.finished(name, &ran.result).await;
+            results.push(ran);
         }
         results
     }

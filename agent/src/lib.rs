@@ -16,6 +16,8 @@ pub mod context;
 pub mod event;
 /// What the native tools may read and write, and content-hash freshness.
 pub mod file_access;
+/// MCP servers' tools beside the native ones: connections, names, results.
+pub mod mcp;
 /// Permission rules, modes and decisions.
 pub mod permissions;
 /// The process supervisor: process groups, bounded capture, timeouts, cleanup.
@@ -30,9 +32,9 @@ pub mod sandbox;
 pub mod secrets;
 /// Sessions as append-only JSONL: records, the reducer, the store.
 pub mod session;
-/// Tool, TypedTool, effects and cancellation behaviour.
 /// The agent's spans, after the OpenTelemetry GenAI semantic conventions.
 pub mod telemetry;
+/// Tool, TypedTool, effects and cancellation behaviour.
 pub mod tool;
 /// The native tools.
 pub mod tools;
@@ -40,4 +42,6 @@ pub mod tools;
 pub use agent::{Agent, AgentConfig};
 pub use event::{AgentEvent, EventSink, TurnOutcome};
 pub use registry::ToolRegistry;
-pub use tool::{Cancellation, Effects, Tool, ToolContext, ToolError, TypedTool};
+pub use tool::{
+    Cancellation, Effects, Tool, ToolContext, ToolError, ToolImage, ToolOutput, TypedTool,
+};

@@ -1,6 +1,6 @@
 //! The process supervisor: the one place anvil runs the subprocesses it does not control —
-//! the bash tool's commands, the grader's check and an eval trial's `anvil -p` (hooks and MCP
-//! servers will run here too). Short fixed helpers whose output anvil needs whole (`git` making
+//! the bash tool's commands, the grader's check, an eval trial's `anvil -p` and (as a long-lived
+//! [`Service`]) MCP servers. Short fixed helpers whose output anvil needs whole (`git` making
 //! a workspace template, a sandbox backend's probe) run with `std::process::Command` instead.
 //!
 //! - Each process leads a new process group; timeout, cancellation and the end of the command
@@ -17,6 +17,10 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+mod service;
+
+pub use service::{STDERR_TAIL, Service, StderrTail, kill_all_services, live_services};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -241,12 +245,9 @@ async fn joined(handle: Option<tokio::task::JoinHandle<Captured>>) -> Captured {
     }
 }
 
-/// Runs `spec` to completion, timeout or cancellation (see the module docs).
-pub async fn run(
-    spec: &ProcessSpec,
-    cancel: &CancellationToken,
-) -> Result<ProcessOutput, ProcessError> {
-    let started = Instant::now();
+/// The command for `spec`: its own process group, exactly the given environment, stdout and
+/// stderr piped, the passed descriptors placed. The one way anvil builds a supervised child.
+fn command(spec: &ProcessSpec, stdin: Stdio) -> Result<tokio::process::Command, ProcessError> {
     let spawn_err = |source| ProcessError::Spawn {
         program: spec.program.clone(),
         source,
@@ -257,7 +258,7 @@ pub async fn run(
         .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -285,6 +286,20 @@ pub async fn run(
             ))
         })?;
     }
+    Ok(command)
+}
+
+/// Runs `spec` to completion, timeout or cancellation (see the module docs).
+pub async fn run(
+    spec: &ProcessSpec,
+    cancel: &CancellationToken,
+) -> Result<ProcessOutput, ProcessError> {
+    let started = Instant::now();
+    let spawn_err = |source| ProcessError::Spawn {
+        program: spec.program.clone(),
+        source,
+    };
+    let mut command = command(spec, Stdio::null())?;
     let mut child = command.spawn().map_err(spawn_err)?;
     let mut guard = match child.id() {
         Some(pid) => GroupGuard::new(pid as i32),

@@ -13,7 +13,7 @@ use anvil_llm::{ContentBlock, ToolSpec};
 use serde_json::Value;
 
 use crate::secrets::Redactor;
-use crate::tool::{Cancellation, Tool, ToolContext, ToolError};
+use crate::tool::{Cancellation, Tool, ToolContext, ToolError, ToolOutput};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
@@ -23,11 +23,41 @@ pub enum RegistryError {
     Duplicate(String),
 }
 
+/// One call's outcome for the transcript: its result block, and the images the tool returned
+/// (image blocks, which go after all of a step's results: providers want results first).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dispatched {
+    pub result: ContentBlock,
+    pub images: Vec<ContentBlock>,
+}
+
+impl Dispatched {
+    /// A result with no images (a refused or skipped call).
+    pub fn result(result: ContentBlock) -> Self {
+        Self {
+            result,
+            images: Vec::new(),
+        }
+    }
+}
+
 /// The default cap on one tool result, in characters.
 pub const DEFAULT_MAX_OUTPUT_CHARS: usize = 30_000;
 
+/// Tools that come and go while a session runs: MCP servers connecting after the prompt is up,
+/// re-listing on `list_changed`, deferred tools activated by a search.
+pub trait ToolSource: Send + Sync {
+    /// The tools offered to the model now; their specs go in each request.
+    fn offered(&self) -> Vec<Arc<dyn Tool>>;
+    /// A tool by name, offered or not.
+    fn find(&self, name: &str) -> Option<Arc<dyn Tool>>;
+    /// Changes whenever [`ToolSource::offered`] would.
+    fn generation(&self) -> u64;
+}
+
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    sources: Vec<Arc<dyn ToolSource>>,
     max_output_chars: usize,
     redactor: Arc<Redactor>,
 }
@@ -42,6 +72,7 @@ impl ToolRegistry {
     pub fn new() -> Self {
         Self {
             tools: BTreeMap::new(),
+            sources: Vec::new(),
             max_output_chars: DEFAULT_MAX_OUTPUT_CHARS,
             redactor: Arc::new(Redactor::default()),
         }
@@ -79,14 +110,38 @@ impl ToolRegistry {
         Ok(())
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+    /// Adds tools that change while the session runs. A source's tool whose name a native
+    /// tool has is never offered or dispatched (the native one wins).
+    pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
+        self.sources.push(source);
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        if let Some(tool) = self.tools.get(name) {
+            return Some(Arc::clone(tool));
+        }
+        self.sources.iter().find_map(|s| s.find(name))
+    }
+
+    /// Changes whenever [`ToolRegistry::specs`] would.
+    pub fn generation(&self) -> u64 {
+        self.sources
+            .iter()
+            .fold(0u64, |g, s| g.wrapping_mul(31).wrapping_add(s.generation()))
     }
 
     /// Tool specs sorted by name: stable between runs, so the cache prefix stays stable.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools
-            .values()
+        let mut all: BTreeMap<String, Arc<dyn Tool>> = BTreeMap::new();
+        for source in &self.sources {
+            for tool in source.offered() {
+                all.entry(tool.name().to_string()).or_insert(tool);
+            }
+        }
+        for (name, tool) in &self.tools {
+            all.insert(name.clone(), Arc::clone(tool));
+        }
+        all.values()
             .map(|t| ToolSpec {
                 name: t.name().to_string(),
                 description: t.description().to_string(),
@@ -95,56 +150,66 @@ impl ToolRegistry {
             .collect()
     }
 
-    pub fn names(&self) -> Vec<&str> {
-        self.tools.keys().map(String::as_str).collect()
+    /// The names of the tools offered now, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.specs().into_iter().map(|s| s.name).collect()
     }
 
-    /// Runs one call and returns its result block. Never fails.
+    /// Runs one call and returns its result block and the images it returned. Never fails.
     pub async fn dispatch(
         &self,
         call_id: &str,
         name: &str,
         args: &Value,
         ctx: &ToolContext,
-    ) -> ContentBlock {
+    ) -> Dispatched {
         let span = crate::telemetry::execute_tool(name, call_id);
         let started = std::time::Instant::now();
-        let (text, is_error) = self.run(name, args, ctx).instrument(span.clone()).await;
+        let (output, is_error) = self.run(name, args, ctx).instrument(span.clone()).await;
         span.record("anvil.is_error", is_error);
         crate::telemetry::record_tool_duration(name, started.elapsed().as_secs_f64(), is_error);
-        let text = truncate_middle(&self.redactor.redact(&text), self.max_output_chars);
-        ContentBlock::tool_result(call_id, text, is_error)
+        let text = truncate_middle(&self.redactor.redact(&output.text), self.max_output_chars);
+        Dispatched {
+            result: ContentBlock::tool_result(call_id, text, is_error),
+            images: output
+                .images
+                .into_iter()
+                .map(|i| ContentBlock::Image {
+                    media_type: i.media_type,
+                    data: i.data,
+                })
+                .collect(),
+        }
     }
 
-    async fn run(&self, name: &str, args: &Value, ctx: &ToolContext) -> (String, bool) {
-        let Some(tool) = self.tools.get(name) else {
-            return (
-                format!(
-                    "Unknown tool '{name}'. Available tools: {}.",
-                    self.names().join(", ")
-                ),
-                true,
+    async fn run(&self, name: &str, args: &Value, ctx: &ToolContext) -> (ToolOutput, bool) {
+        let Some(tool) = self.get(name) else {
+            let text = format!(
+                "Unknown tool '{name}'. Available tools: {}.",
+                self.names().join(", ")
             );
+            return (text.into(), true);
         };
         if !args.is_object() {
-            return (
-                format!(
-                    "Arguments for {name} must be a JSON object; received: {}",
-                    truncate_middle(&received(args), 500)
-                ),
-                true,
+            let text = format!(
+                "Arguments for {name} must be a JSON object; received: {}",
+                truncate_middle(&received(args), 500)
             );
+            return (text.into(), true);
         }
         match tool.call(args.clone(), ctx).await {
-            Ok(text) => (text, false),
+            Ok(output) => (output, false),
             Err(ToolError::InvalidArgs(m)) => (
                 format!(
                     "Invalid arguments for {name}: {m}. Check the tool's schema and try again."
-                ),
+                )
+                .into(),
                 true,
             ),
-            Err(ToolError::Failed(m)) => (m, true),
-            Err(ToolError::Cancelled) => (cancelled_message(name, tool.cancellation()), true),
+            Err(ToolError::Failed(m)) => (m.into(), true),
+            Err(ToolError::Cancelled) => {
+                (cancelled_message(name, tool.cancellation()).into(), true)
+            }
         }
     }
 }
@@ -165,6 +230,9 @@ pub fn cancelled_message(name: &str, cancellation: Cancellation) -> String {
         }
         Cancellation::Atomic => format!(
             "{name} was cancelled; it either completed fully or changed nothing. Check before relying on it."
+        ),
+        Cancellation::Requested => format!(
+            "{name} was cancelled and the server was asked to stop it; anything it did before that may have happened. Its effects are unknown."
         ),
         Cancellation::KillsProcesses => format!(
             "{name} was cancelled and its processes were killed; anything it did before that may have happened. Its effects are unknown."
@@ -230,8 +298,12 @@ mod tests {
             fn cancellation(&self) -> Cancellation {
                 Cancellation::Immediate
             }
-            async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
-                Ok(String::new())
+            async fn call(
+                &self,
+                _: Value,
+                _: &ToolContext,
+            ) -> Result<crate::ToolOutput, ToolError> {
+                Ok(String::new().into())
             }
         }
         let mut r = registry();
@@ -260,7 +332,8 @@ mod tests {
         let (text, is_error) = result_of(
             registry()
                 .dispatch("c1", "calc", &json!({}), &ToolContext::new("."))
-                .await,
+                .await
+                .result,
         );
         assert!(is_error);
         assert_eq!(text, "Unknown tool 'calc'. Available tools: calculator.");
@@ -276,7 +349,8 @@ mod tests {
                     &json!("not json"),
                     &ToolContext::new("."),
                 )
-                .await,
+                .await
+                .result,
         );
         assert!(is_error);
         assert_eq!(
@@ -296,7 +370,8 @@ mod tests {
                 &json!({"a": 123456788, "b": 1, "op": "add"}),
                 &ToolContext::new("."),
             )
-            .await,
+            .await
+            .result,
         );
         assert_eq!(text, "[REDACTED:MY_API_KEY]");
     }

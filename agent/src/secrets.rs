@@ -113,7 +113,8 @@ pub fn utf8_vars() -> impl Iterator<Item = (String, String)> {
     std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
 }
 
-fn looks_secret(name: &str) -> bool {
+/// Whether a variable name marks a credential (`GITHUB_TOKEN`, `DB_PASSWORD`).
+pub fn looks_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     SECRET_MARKERS.iter().any(|m| upper.contains(m))
 }

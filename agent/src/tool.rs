@@ -69,6 +69,9 @@ pub enum Cancellation {
     /// Its process group is killed; whatever it did before that stays done, so its effects are
     /// unknown.
     KillsProcesses,
+    /// It runs elsewhere (an MCP server) and is asked to stop; whatever it did before that, or
+    /// does before it stops, stays done.
+    Requested,
 }
 
 /// What a tool gets besides its arguments.
@@ -100,6 +103,38 @@ pub enum ToolError {
     Cancelled,
 }
 
+/// What a successful call returns: text for the model, and images it should see beside it (an
+/// MCP tool's screenshot). Images go to the model as image blocks after the turn's results —
+/// never as base64 text — and as a placeholder naming type and size to a text-only model.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub text: String,
+    pub images: Vec<ToolImage>,
+}
+
+/// One image of a [`ToolOutput`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolImage {
+    pub media_type: String,
+    /// Base64-encoded bytes.
+    pub data: String,
+}
+
+impl From<String> for ToolOutput {
+    fn from(text: String) -> Self {
+        Self {
+            text,
+            images: Vec::new(),
+        }
+    }
+}
+
+impl From<&str> for ToolOutput {
+    fn from(text: &str) -> Self {
+        text.to_string().into()
+    }
+}
+
 /// A capability the model can invoke. Object safe: the registry holds `Arc<dyn Tool>`.
 #[async_trait::async_trait]
 pub trait Tool: Send + Sync {
@@ -118,7 +153,7 @@ pub trait Tool: Send + Sync {
         None
     }
     /// Runs the call. `args` is a JSON object (dispatch checks that first).
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError>;
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }
 
 /// A tool whose arguments are a Rust type; [`Tool`] comes with it.
@@ -169,9 +204,9 @@ impl<T: TypedTool> Tool for T {
         TypedTool::permission_subject(self, args)
     }
 
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
         let args: T::Args =
             serde_json::from_value(args).map_err(|e| ToolError::InvalidArgs(e.to_string()))?;
-        self.run(args, ctx).await
+        self.run(args, ctx).await.map(ToolOutput::from)
     }
 }

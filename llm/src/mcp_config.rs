@@ -53,6 +53,11 @@ pub struct McpServerConfig {
     /// These tools of the server are never offered.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub disabled_tools: Vec<String>,
+    /// Believe the server's tool annotations: a tool marked `readOnlyHint: true` then runs
+    /// without asking in the default mode. Off by default: an annotation is the server's claim,
+    /// and a tool without one is judged as doing anything.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub trusted: bool,
 }
 
 fn yes() -> bool {

@@ -4,8 +4,8 @@ use clap::Parser;
 use clap::error::ErrorKind;
 
 use anvil_runner::cli::Cli;
-use anvil_runner::cli::args::Command;
-use anvil_runner::cli::{headless, repl, sessions};
+use anvil_runner::cli::args::{Command, McpCommand};
+use anvil_runner::cli::{headless, mcp, repl, sessions};
 use anvil_runner::exit;
 
 fn main() {
@@ -25,6 +25,17 @@ fn main() {
         (Some(Command::Sessions { all }), _) => sessions::list(&cli, *all),
         (Some(Command::Replay { session, format }), _) => sessions::replay(&cli, session, *format),
         (Some(Command::Auto { command }), _) => anvil_runner::auto::cli::main(command),
+        (Some(Command::Mcp { command }), _) => match anvil_runner::cli::setup::workspace(&cli) {
+            Err(e) => {
+                eprintln!("anvil: {e}");
+                exit::CONFIG
+            }
+            Ok(cwd) => match command {
+                McpCommand::List => mcp::list(&cwd),
+                McpCommand::Call { server, tool, args } => mcp::call(&cwd, server, tool, args),
+                McpCommand::Conformance { url } => mcp::conformance(url),
+            },
+        },
         (None, prompt) => run(cli, prompt),
     };
     drop(telemetry); // flushes the log and the exporter: exit runs no destructors

@@ -938,8 +938,8 @@ impl crate::Tool for Dump {
         &self,
         _: serde_json::Value,
         _: &crate::ToolContext,
-    ) -> Result<String, crate::ToolError> {
-        Ok("line of output\n".repeat(150))
+    ) -> Result<crate::ToolOutput, crate::ToolError> {
+        Ok("line of output\n".repeat(150).into())
     }
 }
 

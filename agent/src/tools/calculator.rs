@@ -97,6 +97,6 @@ mod tests {
             )
             .await
             .unwrap();
-        assert_eq!(ok, "70");
+        assert_eq!(ok.text, "70");
     }
 }

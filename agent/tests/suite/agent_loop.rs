@@ -44,7 +44,11 @@ impl Tool for Sleeper {
     fn cancellation(&self) -> Cancellation {
         Cancellation::Immediate
     }
-    async fn call(&self, args: Value, ctx: &ToolContext) -> Result<String, ToolError> {
+    async fn call(
+        &self,
+        args: Value,
+        ctx: &ToolContext,
+    ) -> Result<anvil_agent::ToolOutput, ToolError> {
         let tag = args
             .get("tag")
             .and_then(Value::as_str)
@@ -56,7 +60,7 @@ impl Tool for Sleeper {
             _ = ctx.cancel.cancelled() => return Err(ToolError::Cancelled),
         }
         self.log.lock().unwrap().push(format!("end {tag}"));
-        Ok(format!("slept {tag}"))
+        Ok(format!("slept {tag}").into())
     }
 }
 

@@ -47,7 +47,7 @@ async fn bash(dir: &Path, args: Value, cancel: CancellationToken) -> (String, bo
         cwd: dir.to_path_buf(),
         cancel,
     };
-    match registry().dispatch("id", "bash", &args, &ctx).await {
+    match registry().dispatch("id", "bash", &args, &ctx).await.result {
         ContentBlock::ToolResult {
             content, is_error, ..
         } => (content, is_error),
@@ -311,6 +311,7 @@ async fn a_secret_straddling_a_cut_of_the_capture_is_not_left_half_visible() {
     let out = match tools
         .dispatch("id", "bash", &json!({ "command": command }), &ctx)
         .await
+        .result
     {
         ContentBlock::ToolResult { content, .. } => content,
         other => panic!("{other:?}"),

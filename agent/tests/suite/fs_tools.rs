@@ -48,7 +48,12 @@ impl Ws {
         std::fs::read_to_string(self.path(rel)).unwrap()
     }
     async fn call(&self, name: &str, args: Value) -> (String, bool) {
-        match self.tools.dispatch("id", name, &args, &self.ctx).await {
+        match self
+            .tools
+            .dispatch("id", name, &args, &self.ctx)
+            .await
+            .result
+        {
             ContentBlock::ToolResult {
                 content, is_error, ..
             } => (content, is_error),
@@ -365,6 +370,7 @@ async fn searching_for_fn_main_across_this_repository() {
             &ctx,
         )
         .await
+        .result
     {
         ContentBlock::ToolResult { content, .. } => content,
         other => panic!("{other:?}"),

@@ -48,7 +48,7 @@ impl Tool for Fake {
             .and_then(Value::as_str)
             .map(str::to_owned)
     }
-    async fn call(&self, _: Value, _: &ToolContext) -> Result<String, ToolError> {
+    async fn call(&self, _: Value, _: &ToolContext) -> Result<anvil_agent::ToolOutput, ToolError> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         Ok("ran".into())
     }

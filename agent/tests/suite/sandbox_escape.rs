@@ -90,6 +90,7 @@ async fn run_in(b: &Box_, sandbox: Sandbox, command: &str) -> (String, bool) {
             &ctx,
         )
         .await
+        .result
     {
         ContentBlock::ToolResult {
             content, is_error, ..
@@ -644,6 +645,7 @@ async fn swapped_or_cache_hidden_repositories_are_still_neutralized() {
             &ctx,
         )
         .await
+        .result
     {
         ContentBlock::ToolResult { content, .. } => content,
         other => panic!("{other:?}"),

@@ -50,6 +50,7 @@ async fn bash(ws: &std::path::Path, limits: Limits, command: &str, timeout_ms: u
             &ctx,
         )
         .await
+        .result
     {
         ContentBlock::ToolResult { content, .. } => content,
         other => panic!("{other:?}"),

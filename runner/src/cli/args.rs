@@ -149,12 +149,42 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = ReplayFormat::Text)]
         format: ReplayFormat,
     },
+    /// MCP servers: list them, call one tool, or run the conformance suite's client side.
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
     /// Turn a spec into working software across many agent sessions, each a job on the queue;
     /// the harness, never the model, decides what passes and what lands on the run branch.
     #[command(after_long_help = crate::auto::run_state::EXIT_TABLE)]
     Auto {
         #[command(subcommand)]
         command: AutoCommand,
+    },
+}
+
+/// `anvil mcp …`.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum McpCommand {
+    /// Start every configured server and print one line per server: name, state (connected,
+    /// failed, disabled) and its tool count or why it failed. Exit 1 if any failed.
+    List,
+    /// Call one tool of one server and print its result (for debugging a server).
+    Call {
+        /// The server's name (`[mcp_servers.NAME]`).
+        server: String,
+        /// The tool's name as the server lists it (not the mcp__ name).
+        tool: String,
+        /// The arguments, a JSON object.
+        #[arg(long, default_value = "{}", value_name = "JSON")]
+        args: String,
+    },
+    /// The entry point of the MCP conformance suite (`conformance client --command "anvil mcp
+    /// conformance"`): connect to URL over streamable HTTP, list the tools, call each, accept
+    /// elicitations with their defaults, close the session.
+    Conformance {
+        /// The scenario server's URL.
+        url: String,
     },
 }
 

@@ -6,6 +6,7 @@
 //! reader of a pipe went away) or Ctrl-C cancels the turn, which kills its tool processes.
 
 use std::io::{IsTerminal, Read, Write};
+use std::sync::Arc;
 
 use anvil_agent::{AgentEvent, EventSink, TurnOutcome};
 use anvil_llm::{ContentBlock, Role, Usage};
@@ -36,7 +37,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         Err(e) => return fail_setup(cli.output_format, &e, exit::USAGE),
     };
     let (sink, events) = EventSink::channel(256);
-    let mut session = match setup::build(&cli, sink) {
+    let mut session = match setup::build(&cli, sink, Arc::new(anvil_agent::mcp::Decline)) {
         Ok(s) => s,
         Err(e) => return fail_setup(cli.output_format, &e.0, exit::CONFIG),
     };
@@ -70,6 +71,11 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         session.agent.session_id().map(str::to_string),
     ));
 
+    // MCP servers' tools are offered from the first request: wait for them to connect or
+    // fail, each within its own startup timeout.
+    if let Some(mcp) = &session.mcp {
+        mcp.wait_started().await;
+    }
     let cost_before = session.agent.session().cost;
     // The process's span: the turn's invoke_agent nests in it, and it continues the trace of
     // whoever started this process (an eval worker's trial), when there is one.
@@ -99,6 +105,9 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
     let session_unwritten = session.agent.session_unwritten();
     drop(session.agent); // closes the event channel (the renderer drains and ends) and the session file
     ctrl_c.abort();
+    if let Some(mcp) = &session.mcp {
+        mcp.shutdown(crate::cli::mcp::SHUTDOWN_GRACE).await;
+    }
     let summary = renderer.await.unwrap_or_default();
 
     let mut stdout = std::io::stdout().lock();

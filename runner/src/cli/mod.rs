@@ -7,8 +7,12 @@ pub mod approve;
 pub mod args;
 /// `/cost`: what a session spent, by model.
 pub mod cost;
+/// The interactive answer to an MCP server's elicitation.
+pub mod elicit;
 /// `anvil -p`.
 pub mod headless;
+/// MCP servers in a session, `/mcp` and `anvil mcp`.
+pub mod mcp;
 /// The interactive renderer.
 pub mod render;
 /// The interactive session.

@@ -23,6 +23,7 @@ Commands:
   /model NAME     continue on another model (alias or provider:model)
   /compact [FOCUS]  replace the conversation by a summary (focused on FOCUS)
   /cost           tokens, cache hit rate and USD by model; the budget left
+  /mcp            MCP servers: starting, connected with N tools, or why they failed
   /sessions       this directory's sessions
   /resume ID      continue session ID here (this one stays in its file)
   /clear          start over with an empty conversation
@@ -48,7 +49,15 @@ pub fn run(cli: Cli) -> i32 {
         }
     };
     let (sink, events) = EventSink::channel(256);
-    let mut session = match setup::build(&cli, sink) {
+    let style = Style::detect();
+    let (screen, loans) = render::Screen::channel();
+    // MCP servers start in the background on this runtime; the prompt never waits for them.
+    let _entered = rt.enter();
+    let elicitor = std::sync::Arc::new(crate::cli::elicit::InteractiveElicitor::new(
+        style,
+        screen.clone(),
+    ));
+    let mut session = match setup::build(&cli, sink, elicitor) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("anvil: {e}");
@@ -59,7 +68,6 @@ pub fn run(cli: Cli) -> i32 {
         eprintln!("anvil: {e}");
         return exit::BUDGET_EXCEEDED;
     }
-    let style = Style::detect();
     let turn_token: approve::TurnToken = Default::default();
     let policy = match setup::policy_for(&cli, &session) {
         Ok(p) => p,
@@ -68,7 +76,6 @@ pub fn run(cli: Cli) -> i32 {
             return exit::CONFIG;
         }
     };
-    let (screen, loans) = render::Screen::channel();
     session.agent = session.agent.with_permissions(
         policy,
         std::sync::Arc::new(approve::InteractiveApprover::new(
@@ -163,6 +170,9 @@ pub fn run(cli: Cli) -> i32 {
         let _ = editor.save_history(h);
         use std::os::unix::fs::PermissionsExt;
         let _ = std::fs::set_permissions(h, std::fs::Permissions::from_mode(0o600));
+    }
+    if let Some(mcp) = &session.mcp {
+        rt.block_on(mcp.shutdown(crate::cli::mcp::SHUTDOWN_GRACE));
     }
     exit::DONE
 }
@@ -275,6 +285,17 @@ fn slash_command(
             }
         }
         "help" => println!("{HELP}"),
+        "mcp" => match &session.mcp {
+            None => println!(
+                "{}",
+                style.dim("no MCP servers configured (add [mcp_servers.NAME] to the config)")
+            ),
+            Some(mcp) => {
+                for line in crate::cli::mcp::status_lines(mcp) {
+                    println!("{line}");
+                }
+            }
+        },
         "cost" => print!(
             "{}",
             crate::cli::cost::report(session.agent.session(), session.agent.spend_limit())

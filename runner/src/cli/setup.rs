@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
+use anvil_agent::mcp::{Elicitor, McpServers};
 use anvil_agent::prompt::{PromptBuilder, discover_instructions};
 use anvil_agent::sandbox::limits::Limits;
 use anvil_agent::sandbox::{Confined, Sandbox, SandboxPolicy, View};
@@ -42,6 +43,8 @@ pub struct Session {
     pub trial: Option<TrialConfig>,
     /// What tool results and session records are redacted of.
     pub redactor: Arc<Redactor>,
+    /// The session's MCP servers (starting in the background), if any are configured.
+    pub mcp: Option<Arc<McpServers>>,
 }
 
 /// The workspace: `-C DIR` or the current directory, canonical.
@@ -97,7 +100,14 @@ pub fn policy_for(
 
 /// Loads config, resolves the model and builds the agent. With `--pinned-config`, no config
 /// file is read: see [`build_trial`].
-pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
+///
+/// Configured MCP servers start in the background (a tokio runtime must be entered); their
+/// elicitation requests go to `elicitor`.
+pub fn build(
+    cli: &Cli,
+    events: EventSink,
+    elicitor: Arc<dyn Elicitor>,
+) -> Result<Session, SetupError> {
     let cwd = workspace(cli)?;
     if let Some(path) = &cli.pinned_config {
         return build_trial(cli, path, cwd, events);
@@ -120,7 +130,14 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
     let prompt = PromptBuilder::for_workspace(&cwd);
     let limits = sandbox_limits(&registry.config().sandbox);
     let redactor = redactor(&registry);
-    let tools = tools(&cwd, cli.sandbox, None, Arc::clone(&redactor), limits)?;
+    let mut tools = tools(&cwd, cli.sandbox, None, Arc::clone(&redactor), limits)?;
+    let mcp = crate::cli::mcp::start(
+        &registry.config().mcp_servers,
+        &cwd,
+        &redactor,
+        elicitor,
+        &mut tools,
+    );
     let agent = agent_for(&model, &cwd, cli, prompt, tools, events);
     let agent = with_session(agent, cli, &cwd, &model.model, Arc::clone(&redactor))?;
     Ok(Session {
@@ -131,6 +148,7 @@ pub fn build(cli: &Cli, events: EventSink) -> Result<Session, SetupError> {
         ignored,
         trial: None,
         redactor,
+        mcp,
     })
 }
 
@@ -190,6 +208,7 @@ fn build_trial(
         ignored: Vec::new(),
         trial: Some(trial),
         redactor,
+        mcp: None,
     })
 }
 

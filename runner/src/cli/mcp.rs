@@ -1,0 +1,383 @@
+//! MCP in the `anvil` front end: starting a session's servers, `/mcp`, and the `anvil mcp`
+//! commands (`list`, `call`, `conformance`).
+//!
+//! Servers are started in the background when a session is built ([`start`]); the REPL's
+//! prompt never waits for them, `anvil -p` waits up to each server's startup timeout before
+//! its first request so their tools are offered. Whatever way anvil ends — its shutdown, a
+//! SIGTERM or SIGHUP, a panic — every server's process group is killed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use anvil_agent::mcp::{
+    AcceptDefaults, ConnectOptions, Decline, Deferral, Elicitor, McpServers, ServerStatus,
+};
+use anvil_agent::process::kill_all_services;
+use anvil_agent::secrets::{ChildEnv, Redactor, looks_secret};
+use anvil_agent::{Tool, ToolContext, ToolError, ToolRegistry};
+use anvil_llm::mcp_config::McpServerConfig;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::exit;
+
+/// How long stopping all servers may take, in total.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Starts `configs`' servers for a session in `workspace` and offers their tools through
+/// `tools`. `None` when no server is configured. Needs a tokio runtime (entered).
+pub fn start(
+    configs: &BTreeMap<String, McpServerConfig>,
+    workspace: &Path,
+    redactor: &Arc<Redactor>,
+    elicitor: Arc<dyn Elicitor>,
+    tools: &mut ToolRegistry,
+) -> Option<Arc<McpServers>> {
+    if configs.is_empty() {
+        return None;
+    }
+    // Credentials written in a server's env are redacted like the provider keys.
+    for config in configs.values() {
+        for (name, value) in &config.env {
+            if looks_secret(name) {
+                redactor.register(name, value);
+            }
+        }
+    }
+    kill_servers_on_exit();
+    let servers = McpServers::start(
+        configs,
+        ConnectOptions {
+            workspace: workspace.to_path_buf(),
+            env: ChildEnv::default().vars(),
+            redactor: Arc::clone(redactor),
+            sandbox: None,
+            elicitor,
+            progress: None,
+        },
+        Deferral::default(),
+    );
+    tools.add_source(Arc::clone(&servers) as Arc<dyn anvil_agent::registry::ToolSource>);
+    Some(servers)
+}
+
+/// Installs, once, the ways out that skip the shutdown: SIGTERM and SIGHUP end anvil after
+/// killing the servers' groups; a panic kills them before the default hook runs.
+fn kill_servers_on_exit() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            kill_all_services();
+            previous(info);
+        }));
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(async {
+                use tokio::signal::unix::{SignalKind, signal};
+                let (Ok(mut term), Ok(mut hup)) = (
+                    signal(SignalKind::terminate()),
+                    signal(SignalKind::hangup()),
+                ) else {
+                    return;
+                };
+                let code = tokio::select! {
+                    _ = term.recv() => 128 + 15,
+                    _ = hup.recv() => 128 + 1,
+                };
+                kill_all_services();
+                std::process::exit(code);
+            });
+        }
+    });
+}
+
+/// One line per server: `name  state`, for `/mcp` and `anvil mcp list`.
+pub fn status_lines(servers: &McpServers) -> Vec<String> {
+    let statuses = servers.statuses();
+    let width = statuses.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut lines: Vec<String> = statuses
+        .iter()
+        .map(|(name, status)| format!("{name:<width$}  {status}"))
+        .collect();
+    if servers.deferring() {
+        lines.push(format!(
+            "{} MCP tools are deferred: the model finds them with tool_search",
+            servers.tools().len()
+        ));
+    }
+    lines
+}
+
+/// The configured servers, as the session would see them (trusted project config only).
+fn configured(cwd: &Path) -> Result<BTreeMap<String, McpServerConfig>, String> {
+    let trust = anvil_llm::config::TrustStore::load_default().map_err(|e| e.to_string())?;
+    let config = anvil_llm::config::Config::load(cwd, &trust).map_err(|e| e.to_string())?;
+    for key in &config.ignored {
+        if key.key.starts_with("mcp_servers.") {
+            eprintln!(
+                "note: {} in {} was not started: {}",
+                key.key,
+                key.path.display(),
+                key.reason
+            );
+        }
+    }
+    Ok(config.mcp_servers)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, i32> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("anvil: cannot start the runtime: {e}");
+            exit::FAILED
+        })
+}
+
+/// `anvil mcp list`: starts every configured server, prints one line per server when all have
+/// connected or failed, and exits (1 if any failed).
+pub fn list(cwd: &Path) -> i32 {
+    let configs = match configured(cwd) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("anvil: {e}");
+            return exit::CONFIG;
+        }
+    };
+    if configs.is_empty() {
+        println!(
+            "no MCP servers configured (add [mcp_servers.NAME] to ~/.config/anvil/config.toml)"
+        );
+        return exit::DONE;
+    }
+    let Ok(rt) = runtime() else {
+        return exit::FAILED;
+    };
+    rt.block_on(async {
+        let mut tools = ToolRegistry::new();
+        let redactor = Arc::new(Redactor::from_env());
+        let Some(servers) = start(&configs, cwd, &redactor, Arc::new(Decline), &mut tools) else {
+            return exit::DONE;
+        };
+        servers.wait_started().await;
+        let statuses = servers.statuses();
+        let width = statuses.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+        for (name, status) in &statuses {
+            let (state, detail) = match status {
+                ServerStatus::Connected { tools } => ("connected", format!("{tools} tools")),
+                ServerStatus::Failed { reason } => ("failed", reason.clone()),
+                ServerStatus::Dead { reason } => ("dead", reason.clone()),
+                ServerStatus::Disabled => ("disabled", String::new()),
+                ServerStatus::Starting => ("starting", String::new()),
+            };
+            println!("{name:<width$}  {state:<9}  {detail}");
+        }
+        servers.shutdown(SHUTDOWN_GRACE).await;
+        if statuses
+            .iter()
+            .any(|(_, s)| matches!(s, ServerStatus::Failed { .. } | ServerStatus::Dead { .. }))
+        {
+            exit::FAILED
+        } else {
+            exit::DONE
+        }
+    })
+}
+
+/// `anvil mcp call SERVER TOOL --args JSON`: one call, its result on stdout (an error result
+/// on stderr, exit 1). Ctrl-C cancels it (the server is told).
+pub fn call(cwd: &Path, server: &str, tool: &str, args: &str) -> i32 {
+    let args: Value = match serde_json::from_str(args) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            eprintln!("anvil: --args must be a JSON object, like '{{\"path\": \".\"}}'");
+            return exit::USAGE;
+        }
+        Err(e) => {
+            eprintln!("anvil: --args is not JSON: {e}");
+            return exit::USAGE;
+        }
+    };
+    let mut configs = match configured(cwd) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("anvil: {e}");
+            return exit::CONFIG;
+        }
+    };
+    let Some(mut config) = configs.remove(server) else {
+        let names: Vec<&String> = configs.keys().collect();
+        eprintln!(
+            "anvil: no MCP server named '{server}' is configured{}",
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (configured: {})",
+                    names
+                        .iter()
+                        .map(|n| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+        return exit::CONFIG;
+    };
+    config.enabled = true;
+    let Ok(rt) = runtime() else {
+        return exit::FAILED;
+    };
+    rt.block_on(async {
+        let mut tools = ToolRegistry::new();
+        let redactor = Arc::new(Redactor::from_env());
+        let one = BTreeMap::from([(server.to_string(), config)]);
+        let Some(servers) = start(&one, cwd, &redactor, Arc::new(Decline), &mut tools) else {
+            return exit::FAILED;
+        };
+        servers.wait_started().await;
+        let code = match servers.statuses().first() {
+            Some((_, ServerStatus::Connected { .. })) => match servers.tool(server, tool) {
+                Some(t) => call_one(t.as_ref(), args, cwd, &redactor).await,
+                None => {
+                    let names: Vec<String> = servers
+                        .tools()
+                        .iter()
+                        .map(|t| t.remote_name().to_string())
+                        .collect();
+                    eprintln!(
+                        "anvil: server '{server}' has no tool '{tool}' (its tools: {})",
+                        names.join(", ")
+                    );
+                    exit::USAGE
+                }
+            },
+            Some((_, status)) => {
+                eprintln!("anvil: server '{server}' {status}");
+                exit::FAILED
+            }
+            None => exit::FAILED,
+        };
+        servers.shutdown(SHUTDOWN_GRACE).await;
+        code
+    })
+}
+
+async fn call_one(tool: &dyn Tool, args: Value, cwd: &Path, redactor: &Redactor) -> i32 {
+    let cancel = CancellationToken::new();
+    let ctrl_c = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                cancel.cancel();
+            }
+        })
+    };
+    let ctx = ToolContext {
+        cwd: cwd.to_path_buf(),
+        cancel,
+    };
+    let result = tool.call(args, &ctx).await;
+    ctrl_c.abort();
+    match result {
+        Ok(out) => {
+            println!("{}", redactor.redact(&out.text));
+            exit::DONE
+        }
+        Err(ToolError::Cancelled) => {
+            eprintln!("anvil: cancelled");
+            exit::CANCELLED
+        }
+        Err(e) => {
+            eprintln!("anvil: {}", redactor.redact(&e.to_string()));
+            exit::FAILED
+        }
+    }
+}
+
+/// `anvil mcp conformance URL`: the client behaviour the MCP conformance suite checks, with
+/// anvil's real client — connect to URL (streamable HTTP), list the tools, call each with
+/// arguments made from its schema, accept elicitations with their defaults, and close the
+/// session. Exit 0 when every step worked.
+pub fn conformance(url: &str) -> i32 {
+    let Ok(rt) = runtime() else {
+        return exit::FAILED;
+    };
+    let cwd = std::env::current_dir().unwrap_or_else(|_| std::env::temp_dir());
+    rt.block_on(async {
+        let config = McpServerConfig {
+            url: Some(url.to_string()),
+            enabled: true,
+            startup_timeout_secs: Some(20),
+            tool_timeout_secs: Some(20),
+            ..Default::default()
+        };
+        let mut tools = ToolRegistry::new();
+        let redactor = Arc::new(Redactor::from_env());
+        let one = BTreeMap::from([("conformance".to_string(), config)]);
+        let Some(servers) = start(&one, &cwd, &redactor, Arc::new(AcceptDefaults), &mut tools)
+        else {
+            return exit::FAILED;
+        };
+        servers.wait_started().await;
+        let mut code = exit::DONE;
+        match servers.statuses().first() {
+            Some((_, ServerStatus::Connected { .. })) => {
+                for tool in servers.tools() {
+                    let args = example_args(&tool.input_schema());
+                    let ctx = ToolContext::new(&cwd);
+                    match tool.call(args, &ctx).await {
+                        Ok(out) => println!("{}: {}", tool.remote_name(), out.text),
+                        Err(e) => {
+                            println!("{}: error: {e}", tool.remote_name());
+                            code = exit::FAILED;
+                        }
+                    }
+                }
+            }
+            Some((_, status)) => {
+                eprintln!("anvil: {url}: {status}");
+                code = exit::FAILED;
+            }
+            None => code = exit::FAILED,
+        }
+        servers.shutdown(SHUTDOWN_GRACE).await;
+        code
+    })
+}
+
+/// Arguments satisfying a tool's input schema: each required property gets its default, its
+/// first enum value, or a plain value of its type.
+pub fn example_args(schema: &Value) -> Value {
+    let mut args = Map::new();
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Value::Object(args);
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, prop) in props {
+        if !required.contains(&name.as_str()) {
+            continue;
+        }
+        let value = prop
+            .get("default")
+            .cloned()
+            .or_else(|| prop.get("enum").and_then(|e| e.get(0)).cloned())
+            .unwrap_or_else(|| match prop.get("type").and_then(Value::as_str) {
+                Some("number") | Some("integer") => json!(1),
+                Some("boolean") => json!(true),
+                Some("array") => json!([]),
+                Some("object") => json!({}),
+                _ => json!("test"),
+            });
+        args.insert(name.clone(), value);
+    }
+    Value::Object(args)
+}
