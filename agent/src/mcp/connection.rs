@@ -106,6 +106,8 @@ pub struct Connection {
     /// Woken when the server says its tool list changed.
     pub tools_changed: Arc<Notify>,
     pub http: bool,
+    /// How many times the tools were listed (a `list_changed` re-lists).
+    listings: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Connection {
@@ -198,6 +200,7 @@ impl Connection {
                     tool_timeout,
                     tools_changed,
                     http: false,
+                    listings: Default::default(),
                 })
             }
             McpTransport::Http { url } => {
@@ -244,6 +247,7 @@ impl Connection {
                     tool_timeout,
                     tools_changed,
                     http: true,
+                    listings: Default::default(),
                 })
             }
         }
@@ -251,10 +255,17 @@ impl Connection {
 
     /// Every tool the server lists (all pages), as JSON.
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<rmcp::model::Tool>, String> {
+        self.listings
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tokio::time::timeout(timeout, self.peer.list_all_tools())
             .await
             .map_err(|_| format!("tools/list not answered within {}s", timeout.as_secs()))?
             .map_err(|e| format!("tools/list failed: {e}"))
+    }
+
+    /// How many times the tools were listed.
+    pub fn listings(&self) -> u32 {
+        self.listings.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Why the connection is dead, or `None` while it lives.

@@ -201,6 +201,19 @@ impl McpServers {
         slot.tools.iter().find(|t| t.remote == tool).cloned()
     }
 
+    /// How many times server `server`'s tools were listed (once at start, again on each
+    /// `list_changed`, and once more after connecting over HTTP).
+    pub fn listings(&self, server: &str) -> u32 {
+        let Ok(state) = self.state.lock() else {
+            return 0;
+        };
+        state
+            .servers
+            .get(server)
+            .and_then(|s| s.conn.as_ref())
+            .map_or(0, |c| c.listings())
+    }
+
     /// The stderr tail of a stdio server.
     pub fn stderr(&self, server: &str) -> Option<String> {
         let state = self.state.lock().ok()?;

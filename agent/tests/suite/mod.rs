@@ -3,6 +3,7 @@ mod bash;
 mod budget;
 mod fs_tools;
 mod golden;
+mod mcp;
 mod permissions;
 mod sandbox_escape;
 mod sandbox_limits;
