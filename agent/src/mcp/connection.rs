@@ -163,9 +163,13 @@ impl Connection {
                 let mut process = Service::spawn(&spec).map_err(|e| ConnectError(e.to_string()))?;
                 let stderr = process.stderr();
                 let mut exit = process.exit();
-                let Some(io) = process.take_io() else {
+                let Some((stdout, stdin)) = process.take_io() else {
                     return Err(ConnectError("its pipes could not be opened".into()));
                 };
+                let io = (
+                    super::oversize::Limited::new(stdout, super::oversize::MAX_LINE),
+                    stdin,
+                );
                 let serve = handler.serve(io);
                 let exited = async {
                     let _ = exit.wait_for(Option::is_some).await;

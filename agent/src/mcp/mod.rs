@@ -14,6 +14,8 @@ pub mod connection;
 pub mod content;
 /// Exposed tool names.
 pub mod names;
+/// Refusing a stdio server's oversized message with an error for its request.
+pub mod oversize;
 /// `tool_search`: deferred loading of many tools.
 pub mod search;
 /// The session's servers and their tools.

@@ -790,3 +790,39 @@ async fn a_turn_calls_a_server_tool_and_its_image_reaches_the_model_as_an_image_
     assert!(!ws.join("f").exists());
     servers.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_20_mib_response_is_refused_cleanly_and_the_server_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().canonicalize().unwrap();
+    std::fs::write(ws.join("big.txt"), "z".repeat(20 * 1024 * 1024)).unwrap();
+    let servers = start(&ws, &[("fs", mcp::filesystem(&ws))]);
+    servers.wait_started().await;
+    let r = registry(&servers);
+    let started = Instant::now();
+    let (text, is_error, _) = call(
+        &r,
+        "mcp__fs__read_text_file",
+        json!({"path": ws.join("big.txt")}),
+    )
+    .await;
+    assert!(
+        is_error && text.contains("it was refused"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    std::fs::write(ws.join("small.txt"), "small").unwrap();
+    let (text, is_error, _) = call(
+        &r,
+        "mcp__fs__read_text_file",
+        json!({"path": ws.join("small.txt")}),
+    )
+    .await;
+    assert_eq!((text.as_str(), is_error), ("small", false));
+    servers.shutdown(Duration::from_secs(1)).await;
+}
