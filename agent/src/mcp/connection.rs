@@ -173,8 +173,6 @@ impl Connection {
                 let serve = handler.serve(io);
                 let exited = async {
                     let _ = exit.wait_for(Option::is_some).await;
-                    // Let its last words reach the stderr tail.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
                 };
                 let service = tokio::select! {
                     served = tokio::time::timeout(startup, serve) => match served {
@@ -405,6 +403,8 @@ impl Connection {
 async fn died(process: &Service, stderr: &StderrTail, error: &str) -> ConnectError {
     let mut exit = process.exit();
     let _ = tokio::time::timeout(Duration::from_millis(300), exit.wait_for(Option::is_some)).await;
+    // Its last words: stderr closes when the process (and whatever it forked) is gone.
+    let _ = tokio::time::timeout(Duration::from_millis(300), stderr.closed()).await;
     let how = match process.exited() {
         Some(Termination::Exited(code)) => format!("exited with code {code}"),
         Some(Termination::Signaled(sig)) => format!("was killed by signal {sig}"),

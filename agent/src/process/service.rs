@@ -77,8 +77,8 @@ impl Drop for LiveGroup {
 }
 
 /// The end of a service's stderr, shared with the task reading it.
-#[derive(Debug, Clone, Default)]
-pub struct StderrTail(Arc<Mutex<TailBuf>>);
+#[derive(Debug, Clone)]
+pub struct StderrTail(Arc<Mutex<TailBuf>>, watch::Receiver<bool>);
 
 #[derive(Debug, Default)]
 struct TailBuf {
@@ -115,6 +115,12 @@ impl StderrTail {
             .map(str::trim)
             .find(|l| !l.is_empty())
             .map(str::to_string)
+    }
+
+    /// Waits until stderr is closed (everything written to it is in the tail).
+    pub async fn closed(&self) {
+        let mut rx = self.1.clone();
+        let _ = rx.wait_for(|closed| *closed).await;
     }
 
     /// Bytes written to stderr in all.
@@ -158,7 +164,8 @@ impl Service {
             });
         };
         let group = LiveGroup::new(pid as i32);
-        let stderr = StderrTail::default();
+        let (closed, closed_rx) = watch::channel(false);
+        let stderr = StderrTail(Arc::default(), closed_rx);
         if let Some(pipe) = child.stderr.take() {
             let tail = stderr.clone();
             let stream = spec.redactor.as_deref().map(Redactor::stream);
@@ -171,7 +178,10 @@ impl Service {
                     }
                     tail.push(&buf[..n]);
                 }
+                let _ = closed.send(true);
             });
+        } else {
+            let _ = closed.send(true);
         }
         let stdin = child.stdin.take();
         let stdout = child.stdout.take();

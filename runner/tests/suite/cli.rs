@@ -16,7 +16,7 @@ use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
 use anvil_test_support::poll::poll_until;
 use serde_json::{Value, json};
 
-const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
+pub(super) const ANVIL: &str = env!("CARGO_BIN_EXE_anvil");
 
 // ---- a scripted Anthropic server ------------------------------------------------------------
 
@@ -29,11 +29,11 @@ const USAGE_TOOL: Usage = Usage {
     output: 12,
 };
 
-fn text_answer(text: &str) -> String {
+pub(super) fn text_answer(text: &str) -> String {
     anthropic_sse::text(text, USAGE_TEXT)
 }
 
-fn tool_answer(id: &str, name: &str, input: Value) -> String {
+pub(super) fn tool_answer(id: &str, name: &str, input: Value) -> String {
     tool_answer_ending(id, name, input, "tool_use")
 }
 
@@ -42,18 +42,18 @@ fn tool_answer_ending(id: &str, name: &str, input: Value, stop_reason: &str) -> 
 }
 
 /// Answers requests with `bodies` in order; past the end, with an error.
-async fn server(bodies: Vec<String>) -> ScriptedServer {
+pub(super) async fn server(bodies: Vec<String>) -> ScriptedServer {
     ScriptedServer::in_order(WireFormat::AnthropicMessages, bodies).await
 }
 
 // ---- a user's machine: home, config, a git repository ------------------------------------------
 
-struct Machine {
-    home: Home,
-    repo: PathBuf,
+pub(super) struct Machine {
+    pub(super) home: Home,
+    pub(super) repo: PathBuf,
 }
 
-fn machine(server: &ScriptedServer) -> Machine {
+pub(super) fn machine(server: &ScriptedServer) -> Machine {
     let home = Home::new();
     home.write_config(&format!(
         "default_model = \"test\"\n\n[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
@@ -65,7 +65,7 @@ fn machine(server: &ScriptedServer) -> Machine {
 
 impl Machine {
     /// `anvil` in the repository, seeing only the home.
-    fn command(&self) -> Command {
+    pub(super) fn command(&self) -> Command {
         let mut c = self.home.command(ANVIL);
         c.current_dir(&self.repo);
         c
@@ -680,12 +680,12 @@ async fn interactive_without_a_terminal_has_no_ansi_codes() {
 
 // ---- a real terminal: tmux ----------------------------------------------------------------------
 
-struct Tmux {
+pub(super) struct Tmux {
     session: String,
 }
 
 impl Tmux {
-    fn start(m: &Machine, width: u16) -> Tmux {
+    pub(super) fn start(m: &Machine, width: u16) -> Tmux {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let session = format!(
             "anvil-test-{}-{}",
@@ -723,7 +723,7 @@ impl Tmux {
 
     /// The pane's history and screen, a line wrapped at the pane's width joined back into one
     /// (`-J`), so what the tests look for does not depend on the width.
-    fn screen(&self) -> String {
+    pub(super) fn screen(&self) -> String {
         let out = Command::new("tmux")
             .args(["capture-pane", "-p", "-J", "-S", "-", "-t", &self.session])
             .output()
@@ -731,7 +731,7 @@ impl Tmux {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    fn send(&self, keys: &[&str]) {
+    pub(super) fn send(&self, keys: &[&str]) {
         Command::new("tmux")
             .args(["send-keys", "-t", &self.session])
             .args(keys)
@@ -739,12 +739,12 @@ impl Tmux {
             .unwrap();
     }
 
-    fn wait_for(&self, needle: &str) -> String {
+    pub(super) fn wait_for(&self, needle: &str) -> String {
         self.wait_until(needle, |screen| screen.contains(needle))
     }
 
     /// Polls the screen until `done` holds; fails naming `what` after a deadline.
-    fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+    pub(super) fn wait_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let screen = self.screen();
@@ -761,7 +761,7 @@ impl Tmux {
 
     /// Waits until the session waits at its prompt: the last line on screen is an empty `›`
     /// (keys sent before the line editor reads would race with it).
-    fn wait_for_prompt(&self) -> String {
+    pub(super) fn wait_for_prompt(&self) -> String {
         self.wait_until("an empty › prompt on the last line", |screen| {
             screen
                 .lines()

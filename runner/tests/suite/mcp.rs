@@ -1,0 +1,288 @@
+//! MCP through the real `anvil` binary, against real servers (installed by
+//! `scripts/install-deps.sh --tests`): `anvil -p` waits for its servers and the model calls
+//! one; `anvil mcp list` and `call`; the interactive prompt is up while a server hangs and
+//! `/mcp` says so; and the official conformance suite against `anvil mcp conformance`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anvil_llm::mcp_config::McpServerConfig;
+use anvil_test_support::mcp;
+use serde_json::{Value, json};
+
+use super::cli::{ANVIL, Machine, Tmux, machine, server, text_answer, tool_answer};
+
+/// `[mcp_servers.NAME]` for `config`.
+fn section(name: &str, config: &McpServerConfig) -> String {
+    let mut t = toml_table(config);
+    t.insert(0, format!("\n[mcp_servers.{name}]"));
+    t.join("\n") + "\n"
+}
+
+fn toml_table(c: &McpServerConfig) -> Vec<String> {
+    let mut lines = Vec::new();
+    let q = |s: &str| serde_json::to_string(s).unwrap();
+    if let Some(cmd) = &c.command {
+        lines.push(format!("command = {}", q(cmd)));
+    }
+    if !c.args.is_empty() {
+        let args: Vec<String> = c.args.iter().map(|a| q(a)).collect();
+        lines.push(format!("args = [{}]", args.join(", ")));
+    }
+    if !c.env.is_empty() {
+        let env: Vec<String> = c
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k} = {}", q(v)))
+            .collect();
+        lines.push(format!("env = {{ {} }}", env.join(", ")));
+    }
+    if let Some(url) = &c.url {
+        lines.push(format!("url = {}", q(url)));
+    }
+    if let Some(s) = c.startup_timeout_secs {
+        lines.push(format!("startup_timeout_secs = {s}"));
+    }
+    lines
+}
+
+fn add_servers(m: &Machine, servers: &[(&str, McpServerConfig)]) {
+    let path = m.home.path().join("cfg/anvil/config.toml");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    for (name, config) in servers {
+        text.push_str(&section(name, config));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+fn broken() -> McpServerConfig {
+    McpServerConfig {
+        command: Some("sh".into()),
+        args: vec!["-c".into(), "echo 'missing API token' >&2; exit 3".into()],
+        enabled: true,
+        ..Default::default()
+    }
+}
+
+fn hanging(startup: u64) -> McpServerConfig {
+    McpServerConfig {
+        command: Some("sleep".into()),
+        args: vec!["600".into()],
+        startup_timeout_secs: Some(startup),
+        enabled: true,
+        ..Default::default()
+    }
+}
+
+/// Processes whose command line holds `needle` (servers left behind).
+fn running(needle: &str) -> usize {
+    let out = std::process::Command::new("pgrep")
+        .args(["-f", needle])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn headless_waits_for_its_servers_and_the_model_calls_one_by_its_exposed_name() {
+    let server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "mcp__everything__echo",
+            json!({"message": "from a model"}),
+        ),
+        text_answer("The server echoed it."),
+    ])
+    .await;
+    let m = machine(&server);
+    let marker = format!("anvil-headless-mcp-{}", std::process::id());
+    let mut everything = mcp::everything();
+    everything.args = vec!["stdio".into(), marker.clone()];
+    add_servers(&m, &[("everything", everything), ("broken", broken())]);
+    let out = m
+        .command()
+        .args([
+            "-p",
+            "echo it",
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "bypass",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let requests = server.requests();
+    let offered: Vec<&str> = requests[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(offered.contains(&"mcp__everything__echo"), "{offered:?}");
+    assert!(
+        offered.contains(&"read_file"),
+        "native tools stay: {offered:?}"
+    );
+    let second = requests[1]["messages"].to_string();
+    assert!(second.contains("Echo: from a model"), "{second}");
+    // The broken server did not stop the turn; nothing of the servers is left.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(running(&marker), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn anvil_mcp_list_and_call() {
+    let server = server(vec![]).await;
+    let m = machine(&server);
+    add_servers(
+        &m,
+        &[
+            ("everything", mcp::everything()),
+            ("time", mcp::python("mcp_server_time", &[])),
+            ("broken", broken()),
+        ],
+    );
+    let out = m.command().args(["mcp", "list"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failed server: exit 1\n{stdout}"
+    );
+    let lines: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(lines[0][..2], ["broken", "failed"], "{stdout}");
+    assert!(stdout.contains("missing API token"), "{stdout}");
+    assert_eq!(lines[1], ["everything", "connected", "15", "tools"]);
+    assert_eq!(lines[2], ["time", "connected", "2", "tools"]);
+
+    let out = m
+        .command()
+        .args([
+            "mcp",
+            "call",
+            "everything",
+            "echo",
+            "--args",
+            r#"{"message":"hello"}"#,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "Echo: hello");
+
+    let out = m
+        .command()
+        .args(["mcp", "call", "everything", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no tool 'nope' (its tools: echo,"));
+    let out = m
+        .command()
+        .args(["mcp", "call", "everything", "echo", "--args", "[1]"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be a JSON object"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_prompt_is_up_while_a_server_hangs_and_slash_mcp_says_where_each_is() {
+    let server = server(vec![]).await;
+    let m = machine(&server);
+    add_servers(
+        &m,
+        &[("everything", mcp::everything()), ("slow", hanging(60))],
+    );
+    let started = Instant::now();
+    let tmux = Tmux::start(&m, 200);
+    tmux.wait_for_prompt();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the prompt waited for a server: {:?}",
+        started.elapsed()
+    );
+    tmux.wait_until("everything connected", |_| {
+        tmux.send(&["/mcp", "Enter"]);
+        std::thread::sleep(Duration::from_millis(300));
+        tmux.screen().contains("connected, 15 tools")
+    });
+    let screen = tmux.screen();
+    assert!(
+        screen.contains("slow") && screen.contains("starting"),
+        "{screen}"
+    );
+    let leaving = Instant::now();
+    tmux.send(&["/exit", "Enter"]);
+    tmux.wait_until("the session ended", |_| running("sleep 600") == 0);
+    assert!(
+        leaving.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        leaving.elapsed()
+    );
+}
+
+/// The official client conformance suite (pinned by install-deps) runs `anvil mcp conformance
+/// URL` per scenario. The baseline expects only the OAuth scenarios (auth/*) to fail: anvil
+/// has no OAuth yet. A scenario that starts passing fails this test until it leaves the
+/// baseline.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_mcp_conformance_suite_passes_but_for_oauth() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let baseline =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp-conformance-baseline.yml");
+    let out = tokio::process::Command::new(mcp::node22())
+        .arg(mcp::conformance_js())
+        .args([
+            "client",
+            "--command",
+            &format!("{ANVIL} mcp conformance"),
+            "--suite",
+            "all",
+        ])
+        .arg("--expected-failures")
+        .arg(&baseline)
+        .arg("-o")
+        .arg(out_dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let summary = stdout
+        .split("=== SUITE SUMMARY ===")
+        .nth(1)
+        .unwrap_or(&stdout)
+        .to_string();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{summary}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for scenario in [
+        "initialize",
+        "tools_call",
+        "elicitation-sep1034-client-defaults",
+        "sse-retry",
+    ] {
+        let line = summary
+            .lines()
+            .find(|l| l.contains(&format!(" {scenario}:")))
+            .unwrap_or_else(|| panic!("{scenario} did not run:\n{summary}"));
+        assert!(line.contains("0 failed"), "{line}");
+    }
+    let _ = Value::Null;
+}
