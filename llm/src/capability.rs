@@ -110,5 +110,17 @@ impl Capabilities {
     }
 }
 
-/// The text sent in place of an image to a target that cannot take images.
-pub const IMAGE_OMITTED: &str = "[image omitted: this model does not accept images]";
+/// The text sent in place of an image to a target that cannot take images: what it was (type
+/// and size), so the model knows something is there.
+pub fn image_omitted(media_type: &str, data: &str) -> String {
+    let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
+    let bytes = (data.len() / 4 * 3).saturating_sub(padding);
+    let size = if bytes >= 1024 * 1024 {
+        format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
+    } else if bytes >= 1024 {
+        format!("{} KB", bytes / 1024)
+    } else {
+        format!("{bytes} bytes")
+    };
+    format!("[image omitted: {media_type}, {size}; this model does not accept images]")
+}

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::capability::{Capabilities, IMAGE_OMITTED};
+use crate::capability::{Capabilities, image_omitted};
 use crate::error::LlmError;
 use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::{Protocol, StreamState};
@@ -85,8 +85,8 @@ fn block_to_wire(block: &ContentBlock, caps: &Capabilities) -> Option<Value> {
     Some(match block {
         ContentBlock::Text { text } if text.is_empty() => return None,
         ContentBlock::Text { text } => json!({"type": "text", "text": text}),
-        ContentBlock::Image { .. } if !caps.images => {
-            json!({"type": "text", "text": IMAGE_OMITTED})
+        ContentBlock::Image { media_type, data } if !caps.images => {
+            json!({"type": "text", "text": image_omitted(media_type, data)})
         }
         ContentBlock::Image { media_type, data } => json!({
             "type": "image",
@@ -552,7 +552,7 @@ mod tests {
         );
         assert_eq!(
             message_to_wire(&m, &caps().with_images(false))["content"][0],
-            json!({"type": "text", "text": IMAGE_OMITTED})
+            json!({"type": "text", "text": "[image omitted: image/png, 3 bytes; this model does not accept images]"})
         );
     }
 

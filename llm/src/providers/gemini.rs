@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::capability::{Capabilities, IMAGE_OMITTED, SchemaDialect};
+use crate::capability::{Capabilities, SchemaDialect, image_omitted};
 use crate::error::LlmError;
 use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::{Protocol, StreamState};
@@ -103,7 +103,7 @@ fn parts_to_wire(
                 if caps.images {
                     parts.push(json!({"inlineData": {"mimeType": media_type, "data": data}}));
                 } else {
-                    parts.push(json!({"text": IMAGE_OMITTED}));
+                    parts.push(json!({"text": image_omitted(media_type, data)}));
                 }
             }
             ContentBlock::Reasoning { meta, .. } => {

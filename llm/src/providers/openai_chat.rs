@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::capability::{Capabilities, IMAGE_OMITTED, MaxTokensField};
+use crate::capability::{Capabilities, MaxTokensField, image_omitted};
 use crate::error::LlmError;
 use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::{Protocol, StreamState};
@@ -77,8 +77,8 @@ fn user_to_wire(m: &Message, caps: &Capabilities, out: &mut Vec<Value>) {
             ContentBlock::Text { text } if !text.is_empty() => {
                 parts.push(json!({"type": "text", "text": text}));
             }
-            ContentBlock::Image { .. } if !caps.images => {
-                parts.push(json!({"type": "text", "text": IMAGE_OMITTED}));
+            ContentBlock::Image { media_type, data } if !caps.images => {
+                parts.push(json!({"type": "text", "text": image_omitted(media_type, data)}));
             }
             ContentBlock::Image { media_type, data } => {
                 has_image = true;
@@ -588,7 +588,10 @@ mod tests {
             &all.with_images(false),
             &mut text_only,
         );
-        assert_eq!(text_only[0]["content"], IMAGE_OMITTED);
+        assert_eq!(
+            text_only[0]["content"],
+            "[image omitted: image/png, 3 bytes; this model does not accept images]"
+        );
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::capability::{Capabilities, IMAGE_OMITTED};
+use crate::capability::{Capabilities, image_omitted};
 use crate::error::LlmError;
 use crate::http::{Endpoint, endpoint_builders, send_streaming};
 use crate::protocol::{Protocol, StreamState};
@@ -89,7 +89,9 @@ fn user_items(blocks: &[ContentBlock], caps: &Capabilities, out: &mut Vec<Value>
                     content.push(json!({"type": "input_image",
                                         "image_url": format!("data:{media_type};base64,{data}")}));
                 } else {
-                    content.push(json!({"type": "input_text", "text": IMAGE_OMITTED}));
+                    content.push(
+                        json!({"type": "input_text", "text": image_omitted(media_type, data)}),
+                    );
                 }
             }
             ContentBlock::Text { .. }
