@@ -185,6 +185,12 @@ pub struct ConfigFile {
     /// MCP servers (a project's start only once it is trusted).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, crate::mcp_config::McpServerConfig>,
+    /// Settings for all MCP servers (deferred loading).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::mcp_config::McpSettings::is_unset"
+    )]
+    pub mcp: crate::mcp_config::McpSettings,
 }
 
 /// `[sandbox]`: resource limits of each sandboxed command. A key left out keeps anvil's
@@ -361,6 +367,8 @@ pub struct Config {
     /// MCP servers: the user's, and a trusted project's (which replace the user's of the same
     /// name); each checked ([`crate::mcp_config::McpServerConfig::check`]).
     pub mcp_servers: BTreeMap<String, crate::mcp_config::McpServerConfig>,
+    /// `[mcp]`: the user's, with a project's keys over them.
+    pub mcp: crate::mcp_config::McpSettings,
 }
 
 fn add_rules(out: &mut Vec<ConfiguredRule>, kind: RuleKind, rules: &[String], path: &Path) {
@@ -390,6 +398,7 @@ impl Config {
             permissions: Vec::new(),
             sandbox: Default::default(),
             mcp_servers: BTreeMap::new(),
+            mcp: Default::default(),
         };
         let provider = |kind, env: Option<&str>, base: Option<&str>| ProviderConfig {
             kind,
@@ -501,6 +510,7 @@ impl Config {
                 add_rules(&mut c.permissions, kind, rules, &path);
             }
             c.sandbox = file.sandbox;
+            c.mcp = c.mcp.overlay(file.mcp);
             for (name, server) in file.mcp_servers {
                 server
                     .check(&name)
@@ -512,6 +522,7 @@ impl Config {
             c.apply_instructions(file.default_model, file.models, &source);
         }
         if let Some((path, file)) = project {
+            c.mcp = c.mcp.overlay(file.mcp);
             if !file.sandbox.is_unset() {
                 c.ignored.push(IgnoredKey {
                     key: "sandbox".into(),
@@ -1106,6 +1117,22 @@ model = "qwen3:8b"
         let mut v1_models = v1.clone();
         v1_models.default_model = Some("x".into());
         assert_eq!(v1_models.trusted_digest(), v1.trusted_digest());
+    }
+
+    #[test]
+    fn mcp_settings_merge_key_by_key_and_a_typo_is_an_error() {
+        let user = file("[mcp]\ndefer_over_tools = 50\ndefer_over_bytes = 9000\n");
+        let project = file("[mcp]\ndefer_over_bytes = 1000\n");
+        let c = Config::merge(
+            Some(("u.toml".into(), user)),
+            Some(("p.toml".into(), project)),
+            false,
+        )
+        .unwrap();
+        assert_eq!(c.mcp.defer_over_tools, Some(50));
+        assert_eq!(c.mcp.defer_over_bytes, Some(1000));
+        let bad: Result<ConfigFile, _> = toml::from_str("[mcp]\ndefer_tools = 3\n");
+        assert!(bad.unwrap_err().to_string().contains("defer_tools"));
     }
 
     #[test]

@@ -60,6 +60,34 @@ pub struct McpServerConfig {
     pub trusted: bool,
 }
 
+/// `[mcp]`: settings for all servers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpSettings {
+    /// With more MCP tools than this (default 30), only `tool_search` is offered in their
+    /// place and a search loads the matching ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defer_over_tools: Option<usize>,
+    /// The same when their specs (name, description, schema) exceed this many bytes
+    /// (default 20000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defer_over_bytes: Option<usize>,
+}
+
+impl McpSettings {
+    pub fn is_unset(&self) -> bool {
+        *self == McpSettings::default()
+    }
+
+    /// `other`'s keys over these.
+    pub fn overlay(self, other: McpSettings) -> McpSettings {
+        McpSettings {
+            defer_over_tools: other.defer_over_tools.or(self.defer_over_tools),
+            defer_over_bytes: other.defer_over_bytes.or(self.defer_over_bytes),
+        }
+    }
+}
+
 fn yes() -> bool {
     true
 }

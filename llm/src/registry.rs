@@ -156,6 +156,7 @@ impl PinnedModel {
             permissions: Vec::new(),
             sandbox: Default::default(),
             mcp_servers: BTreeMap::new(),
+            mcp: Default::default(),
         }
     }
 }

@@ -17,7 +17,7 @@ use anvil_agent::mcp::{
 use anvil_agent::process::kill_all_services;
 use anvil_agent::secrets::{ChildEnv, Redactor, looks_secret};
 use anvil_agent::{Tool, ToolContext, ToolError, ToolRegistry};
-use anvil_llm::mcp_config::McpServerConfig;
+use anvil_llm::mcp_config::{McpServerConfig, McpSettings};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -30,6 +30,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// `tools`. `None` when no server is configured. Needs a tokio runtime (entered).
 pub fn start(
     configs: &BTreeMap<String, McpServerConfig>,
+    settings: McpSettings,
     workspace: &Path,
     redactor: &Arc<Redactor>,
     elicitor: Arc<dyn Elicitor>,
@@ -57,10 +58,19 @@ pub fn start(
             elicitor,
             progress: None,
         },
-        Deferral::default(),
+        deferral(settings),
     );
     tools.add_source(Arc::clone(&servers) as Arc<dyn anvil_agent::registry::ToolSource>);
     Some(servers)
+}
+
+/// `[mcp]`'s deferral over anvil's default.
+pub fn deferral(settings: McpSettings) -> Deferral {
+    let default = Deferral::default();
+    Deferral {
+        max_tools: settings.defer_over_tools.unwrap_or(default.max_tools),
+        max_spec_bytes: settings.defer_over_bytes.unwrap_or(default.max_spec_bytes),
+    }
 }
 
 /// Installs, once, the ways out that skip the shutdown: SIGTERM and SIGHUP end anvil after
@@ -111,7 +121,7 @@ pub fn status_lines(servers: &McpServers) -> Vec<String> {
 }
 
 /// The configured servers, as the session would see them (trusted project config only).
-fn configured(cwd: &Path) -> Result<BTreeMap<String, McpServerConfig>, String> {
+fn configured(cwd: &Path) -> Result<(BTreeMap<String, McpServerConfig>, McpSettings), String> {
     let trust = anvil_llm::config::TrustStore::load_default().map_err(|e| e.to_string())?;
     let config = anvil_llm::config::Config::load(cwd, &trust).map_err(|e| e.to_string())?;
     for key in &config.ignored {
@@ -124,7 +134,7 @@ fn configured(cwd: &Path) -> Result<BTreeMap<String, McpServerConfig>, String> {
             );
         }
     }
-    Ok(config.mcp_servers)
+    Ok((config.mcp_servers, config.mcp))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, i32> {
@@ -141,7 +151,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, i32> {
 /// `anvil mcp list`: starts every configured server, prints one line per server when all have
 /// connected or failed, and exits (1 if any failed).
 pub fn list(cwd: &Path) -> i32 {
-    let configs = match configured(cwd) {
+    let (configs, settings) = match configured(cwd) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("anvil: {e}");
@@ -160,7 +170,14 @@ pub fn list(cwd: &Path) -> i32 {
     rt.block_on(async {
         let mut tools = ToolRegistry::new();
         let redactor = Arc::new(Redactor::from_env());
-        let Some(servers) = start(&configs, cwd, &redactor, Arc::new(Decline), &mut tools) else {
+        let Some(servers) = start(
+            &configs,
+            settings,
+            cwd,
+            &redactor,
+            Arc::new(Decline),
+            &mut tools,
+        ) else {
             return exit::DONE;
         };
         servers.wait_started().await;
@@ -202,7 +219,7 @@ pub fn call(cwd: &Path, server: &str, tool: &str, args: &str) -> i32 {
             return exit::USAGE;
         }
     };
-    let mut configs = match configured(cwd) {
+    let (mut configs, _) = match configured(cwd) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("anvil: {e}");
@@ -236,7 +253,14 @@ pub fn call(cwd: &Path, server: &str, tool: &str, args: &str) -> i32 {
         let mut tools = ToolRegistry::new();
         let redactor = Arc::new(Redactor::from_env());
         let one = BTreeMap::from([(server.to_string(), config)]);
-        let Some(servers) = start(&one, cwd, &redactor, Arc::new(Decline), &mut tools) else {
+        let Some(servers) = start(
+            &one,
+            McpSettings::default(),
+            cwd,
+            &redactor,
+            Arc::new(Decline),
+            &mut tools,
+        ) else {
             return exit::FAILED;
         };
         servers.wait_started().await;
@@ -319,8 +343,14 @@ pub fn conformance(url: &str) -> i32 {
         let mut tools = ToolRegistry::new();
         let redactor = Arc::new(Redactor::from_env());
         let one = BTreeMap::from([("conformance".to_string(), config)]);
-        let Some(servers) = start(&one, &cwd, &redactor, Arc::new(AcceptDefaults), &mut tools)
-        else {
+        let Some(servers) = start(
+            &one,
+            McpSettings::default(),
+            &cwd,
+            &redactor,
+            Arc::new(AcceptDefaults),
+            &mut tools,
+        ) else {
             return exit::FAILED;
         };
         servers.wait_started().await;

@@ -133,6 +133,7 @@ pub fn build(
     let mut tools = tools(&cwd, cli.sandbox, None, Arc::clone(&redactor), limits)?;
     let mcp = crate::cli::mcp::start(
         &registry.config().mcp_servers,
+        registry.config().mcp,
         &cwd,
         &redactor,
         elicitor,
