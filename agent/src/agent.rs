@@ -936,6 +936,7 @@ impl Agent {
         let ctx = ToolContext {
             cwd: self.cwd.clone(),
             cancel: cancel.child_token(),
+            progress: None,
         };
         // An unknown tool counts as not read-only: unknown effects are treated conservatively.
         let read_only = calls.iter().all(|(_, name, args)| {
@@ -954,10 +955,16 @@ impl Agent {
                 refused.push(gate);
             }
             let tools = Arc::clone(&self.tools);
-            let ran = futures::future::join_all(calls.iter().zip(&refused).map(
-                |((id, name, args), refused)| {
+            let contexts: Vec<ToolContext> = calls
+                .iter()
+                .map(|(id, _, _)| ToolContext {
+                    progress: self.events.progress(id),
+                    ..ctx.clone()
+                })
+                .collect();
+            let ran = futures::future::join_all(calls.iter().zip(&refused).zip(&contexts).map(
+                |(((id, name, args), refused), ctx)| {
                     let tools = &tools;
-                    let ctx = &ctx;
                     async move {
                         match refused {
                             Some(block) => Dispatched::result(block.clone()),
@@ -993,6 +1000,10 @@ impl Agent {
             let ran = match refused {
                 Some(refused) => Dispatched::result(refused),
                 None => {
+                    let ctx = ToolContext {
+                        progress: self.events.progress(id),
+                        ..ctx.clone()
+                    };
                     let ran = self.tools.dispatch(id, name, args, &ctx).await;
                     self.record_finish(&ran.result);
                     ran

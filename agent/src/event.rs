@@ -85,6 +85,16 @@ pub enum AgentEvent {
         /// The start of the result, for display.
         preview: String,
     },
+    /// A running call reported progress (an MCP server's `notifications/progress`). Lossy: a
+    /// report that finds the channel full is dropped.
+    ToolProgress {
+        id: String,
+        progress: f64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        total: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
     /// One response's usage, with its cost when the model's pricing is known.
     Usage {
         usage: Usage,
@@ -110,6 +120,24 @@ pub enum AgentEvent {
     TurnFinished {
         outcome: TurnOutcome,
     },
+}
+
+/// Reports one call's progress to the front end, never waiting.
+#[derive(Debug, Clone)]
+pub struct ProgressReporter {
+    call_id: String,
+    tx: mpsc::Sender<AgentEvent>,
+}
+
+impl ProgressReporter {
+    pub fn report(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        let _ = self.tx.try_send(AgentEvent::ToolProgress {
+            id: self.call_id.clone(),
+            progress,
+            total,
+            message,
+        });
+    }
 }
 
 /// The agent's end of the event channel.
@@ -138,6 +166,15 @@ impl EventSink {
             tx: None,
             pending: None,
         }
+    }
+
+    /// Where call `call_id` reports its progress; `None` when nobody reads the events.
+    pub fn progress(&self, call_id: &str) -> Option<ProgressReporter> {
+        let tx = self.tx.as_ref()?.clone();
+        Some(ProgressReporter {
+            call_id: call_id.to_string(),
+            tx,
+        })
     }
 
     /// A text or reasoning delta: never waits unless a delta of the other kind is pending.

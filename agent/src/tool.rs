@@ -81,6 +81,8 @@ pub struct ToolContext {
     pub cwd: PathBuf,
     /// Cancelled when the turn is; long-running tools must watch it.
     pub cancel: CancellationToken,
+    /// Where the call reports progress, when a front end shows it.
+    pub progress: Option<crate::event::ProgressReporter>,
 }
 
 impl ToolContext {
@@ -88,6 +90,7 @@ impl ToolContext {
         Self {
             cwd: cwd.into(),
             cancel: CancellationToken::new(),
+            progress: None,
         }
     }
 }

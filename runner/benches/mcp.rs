@@ -210,7 +210,6 @@ fn main() {
                     redactor: Arc::new(Redactor::default()),
                     sandbox: None,
                     elicitor: Arc::new(Decline),
-                    progress: None,
                 },
                 Deferral::default(),
             );

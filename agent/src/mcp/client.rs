@@ -84,9 +84,9 @@ pub fn defaults(schema: &Value) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// Progress reported for a running call: `(progress token, progress, total, message)`.
-pub type ProgressSink =
-    tokio::sync::mpsc::UnboundedSender<(String, f64, Option<f64>, Option<String>)>;
+/// Where each running call's progress goes, by its progress token (as JSON text).
+pub type ProgressRoutes =
+    Arc<std::sync::Mutex<std::collections::HashMap<String, crate::event::ProgressReporter>>>;
 
 /// One server's client handler.
 pub struct Handler {
@@ -95,7 +95,7 @@ pub struct Handler {
     pub(crate) elicitor: Arc<dyn Elicitor>,
     /// Woken when the server says its tool list changed.
     pub(crate) tools_changed: Arc<Notify>,
-    pub(crate) progress: Option<ProgressSink>,
+    pub(crate) progress: ProgressRoutes,
 }
 
 impl Handler {
@@ -173,13 +173,16 @@ impl ClientHandler for Handler {
         params: ProgressNotificationParam,
         _: NotificationContext<RoleClient>,
     ) {
-        if let Some(sink) = &self.progress {
-            let token = match serde_json::to_value(&params.progress_token) {
-                Ok(Value::String(s)) => s,
-                Ok(other) => other.to_string(),
-                Err(_) => return,
-            };
-            let _ = sink.send((token, params.progress, params.total, params.message));
+        let Ok(token) = serde_json::to_string(&params.progress_token) else {
+            return;
+        };
+        let reporter = self
+            .progress
+            .lock()
+            .ok()
+            .and_then(|routes| routes.get(&token).cloned());
+        if let Some(reporter) = reporter {
+            reporter.report(params.progress, params.total, params.message);
         }
     }
 

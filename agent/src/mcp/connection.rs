@@ -22,7 +22,7 @@ use serde_json::Value;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-use super::client::{Elicitor, Handler, ProgressSink};
+use super::client::{Elicitor, Handler, ProgressRoutes};
 use crate::process::{ProcessSpec, Service, StderrTail, Termination};
 use crate::sandbox::Sandbox;
 use crate::secrets::Redactor;
@@ -46,7 +46,6 @@ pub struct ConnectOptions {
     /// configured them.
     pub sandbox: Option<Arc<Sandbox>>,
     pub elicitor: Arc<dyn Elicitor>,
-    pub progress: Option<ProgressSink>,
 }
 
 /// Why a server could not be used.
@@ -108,6 +107,8 @@ pub struct Connection {
     pub http: bool,
     /// How many times the tools were listed (a `list_changed` re-lists).
     listings: std::sync::atomic::AtomicU32,
+    /// Running calls' progress reporters, by progress token.
+    progress: ProgressRoutes,
 }
 
 impl std::fmt::Debug for Connection {
@@ -128,12 +129,13 @@ impl Connection {
     ) -> Result<Connection, ConnectError> {
         let startup = Duration::from_secs(config.startup_timeout());
         let tools_changed = Arc::new(Notify::new());
+        let progress = ProgressRoutes::default();
         let handler = Handler {
             server: name.to_string(),
             root: options.workspace.clone(),
             elicitor: Arc::clone(&options.elicitor),
             tools_changed: Arc::clone(&tools_changed),
-            progress: options.progress.clone(),
+            progress: Arc::clone(&progress),
         };
         let tool_timeout = Duration::from_secs(config.tool_timeout());
         let transport = config.transport().map_err(ConnectError)?;
@@ -203,6 +205,7 @@ impl Connection {
                     tools_changed,
                     http: false,
                     listings: Default::default(),
+                    progress,
                 })
             }
             McpTransport::Http { url } => {
@@ -250,6 +253,7 @@ impl Connection {
                     tools_changed,
                     http: true,
                     listings: Default::default(),
+                    progress,
                 })
             }
         }
@@ -296,6 +300,7 @@ impl Connection {
         tool: &str,
         arguments: Value,
         cancel: &CancellationToken,
+        progress: Option<&crate::event::ProgressReporter>,
     ) -> Result<Value, CallError> {
         if let Some(why) = self.dead() {
             return Err(CallError::Closed(why));
@@ -314,6 +319,13 @@ impl Connection {
             .await
             .map_err(|e| self.closed_or(e))?;
         let id = handle.id.clone();
+        let route = serde_json::to_string(&handle.progress_token).ok();
+        if let (Some(token), Some(reporter), Ok(mut routes)) =
+            (&route, progress, self.progress.lock())
+        {
+            routes.insert(token.clone(), reporter.clone());
+        }
+        let _unroute = Unroute(&self.progress, route);
         let mut exit = self.exit.clone();
         let gone = async {
             match exit.as_mut() {
@@ -395,6 +407,17 @@ impl Connection {
                 stderr = %tail.text(crate::process::STDERR_TAIL),
                 "server stopped"
             );
+        }
+    }
+}
+
+/// Removes a call's progress route when the call ends, however it ends.
+struct Unroute<'a>(&'a ProgressRoutes, Option<String>);
+
+impl Drop for Unroute<'_> {
+    fn drop(&mut self) {
+        if let (Some(token), Ok(mut routes)) = (&self.1, self.0.lock()) {
+            routes.remove(token);
         }
     }
 }

@@ -120,7 +120,11 @@ impl Tool for McpTool {
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-        match self.conn.call(&self.remote, args, &ctx.cancel).await {
+        match self
+            .conn
+            .call(&self.remote, args, &ctx.cancel, ctx.progress.as_ref())
+            .await
+        {
             Ok(result) => content::convert(&result, self.output.as_deref()),
             Err(CallError::Cancelled) => Err(ToolError::Cancelled),
             Err(e) => Err(ToolError::Failed(format!(

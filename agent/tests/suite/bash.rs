@@ -46,6 +46,7 @@ async fn bash(dir: &Path, args: Value, cancel: CancellationToken) -> (String, bo
     let ctx = ToolContext {
         cwd: dir.to_path_buf(),
         cancel,
+        progress: None,
     };
     match registry().dispatch("id", "bash", &args, &ctx).await.result {
         ContentBlock::ToolResult {

@@ -30,7 +30,6 @@ fn options(workspace: &Path, elicitor: Arc<dyn Elicitor>) -> ConnectOptions {
         redactor: Arc::new(Redactor::default()),
         sandbox: None,
         elicitor,
-        progress: None,
     }
 }
 
@@ -310,6 +309,7 @@ async fn cancelling_the_turn_cancels_the_call_at_once() {
     let ctx = ToolContext {
         cwd: dir.path().to_path_buf(),
         cancel: cancel.clone(),
+        progress: None,
     };
     let canceller = {
         let cancel = cancel.clone();
@@ -824,5 +824,64 @@ async fn a_20_mib_response_is_refused_cleanly_and_the_server_keeps_working() {
     )
     .await;
     assert_eq!((text.as_str(), is_error), ("small", false));
+    servers.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_progress_reaches_the_front_end_as_tool_progress_events() {
+    use anvil_agent::approval::HeadlessApprover;
+    use anvil_agent::permissions::{PermissionMode, Policy};
+    use anvil_agent::{Agent, AgentConfig, AgentEvent, EventSink, TurnOutcome};
+    use anvil_llm::testing::{ScriptedProvider, script};
+
+    let dir = tempfile::tempdir().unwrap();
+    let servers = start(dir.path(), &[("ev", mcp::everything())]);
+    servers.wait_started().await;
+    let provider = Arc::new(ScriptedProvider::new(vec![
+        script::tool_call(
+            "call_7",
+            "mcp__ev__trigger-long-running-operation",
+            json!({"duration": 1, "steps": 4}),
+        ),
+        script::text("done"),
+    ]));
+    let (sink, mut events) = EventSink::channel(1024);
+    let mut agent = Agent::new(
+        provider,
+        Arc::new(registry(&servers)),
+        AgentConfig {
+            model: "scripted".into(),
+            ..AgentConfig::default()
+        },
+        dir.path(),
+        sink,
+    )
+    .with_permissions(
+        Policy::new(PermissionMode::Bypass, dir.path()),
+        Arc::new(HeadlessApprover),
+    );
+    let outcome = agent
+        .run_turn(vec![ContentBlock::text("go")], CancellationToken::new())
+        .await;
+    assert_eq!(outcome, TurnOutcome::Done);
+    drop(agent);
+    let mut progress = Vec::new();
+    while let Some(e) = events.recv().await {
+        if let AgentEvent::ToolProgress {
+            id,
+            progress: p,
+            total,
+            ..
+        } = e
+        {
+            progress.push((id, p, total));
+        }
+    }
+    assert!(progress.len() >= 3, "{progress:?}");
+    assert!(
+        progress
+            .iter()
+            .all(|(id, _, total)| id == "call_7" && *total == Some(4.0))
+    );
     servers.shutdown(Duration::from_secs(1)).await;
 }

@@ -56,7 +56,6 @@ pub fn start(
             redactor: Arc::clone(redactor),
             sandbox: None,
             elicitor,
-            progress: None,
         },
         deferral(settings),
     );
@@ -304,6 +303,7 @@ async fn call_one(tool: &dyn Tool, args: Value, cwd: &Path, redactor: &Redactor)
     let ctx = ToolContext {
         cwd: cwd.to_path_buf(),
         cancel,
+        progress: None,
     };
     let result = tool.call(args, &ctx).await;
     ctrl_c.abort();

@@ -205,6 +205,21 @@ impl<W: Write> Renderer<W> {
                     let _ = writeln!(out, "{}", style.dim("    …"));
                 }
             }
+            AgentEvent::ToolProgress {
+                progress,
+                total,
+                message,
+                ..
+            } => {
+                let mut note = match total {
+                    Some(total) if total > 0.0 => format!("  … {progress}/{total}"),
+                    _ => format!("  … {progress}"),
+                };
+                if let Some(m) = message {
+                    note.push_str(&format!(" {}", ellipsize(&m, 100)));
+                }
+                let _ = writeln!(out, "{}", style.dim(&note));
+            }
             AgentEvent::Usage { usage: u, cost_usd } => {
                 self.usage += u;
                 self.cost = self.cost.add(cost_usd);
