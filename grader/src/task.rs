@@ -32,6 +32,10 @@
 //! # python-unittest: FILE::CLASS::METHOD; cargo-test: TARGET::TEST (tests/TARGET.rs)
 //! tests = ["tests/test_median.py::MedianTest::test_odd"]
 //! forbid_outside = ["../CHANGELOG-shared.md"]   # optional: must not exist beside the workspace
+//!
+//! [mcp_servers.tickets]             # optional: MCP servers the agent may use, started inside
+//! command = "python3"               # the trial's sandbox (the workspace is their cwd)
+//! args = ["tools/tickets_server.py"]
 //! ```
 
 use std::path::{Component, Path, PathBuf};
@@ -90,6 +94,9 @@ pub struct TaskToml {
     #[serde(default)]
     pub dependencies: Vec<String>,
     pub check: CheckSpec,
+    /// MCP servers the trial's agent gets, started inside the trial's sandbox policy.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_servers: std::collections::BTreeMap<String, anvil_llm::mcp_config::McpServerConfig>,
 }
 
 /// A loaded, validated task.
@@ -194,6 +201,17 @@ impl Task {
                 Some("check.timeout_secs"),
                 format!("must be between 1 and {MAX_CHECK_TIMEOUT_SECS}"),
             ));
+        }
+        for (name, server) in &spec.mcp_servers {
+            server
+                .check(name)
+                .map_err(|e| err(Some(&format!("mcp_servers.{name}")), e))?;
+            if server.url.is_some() {
+                return Err(err(
+                    Some(&format!("mcp_servers.{name}.url")),
+                    "a trial has no network: a task's MCP server runs as a command (stdio)".into(),
+                ));
+            }
         }
         let task = Task { dir, spec };
         let within = |field: &str, base: &Path, rel: &str| -> Result<PathBuf, TaskError> {
@@ -564,5 +582,37 @@ mod tests {
             err.reason,
             "line 5: unknown permission mode 'yolo': expected one of plan, default, accept-edits, bypass"
         );
+    }
+
+    #[test]
+    fn a_tasks_mcp_servers_load_and_a_bad_one_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = task_with_mode(root.path(), "bypass");
+        let toml = dir.join("task.toml");
+        let base = std::fs::read_to_string(&toml).unwrap();
+        std::fs::write(
+            &toml,
+            format!("{base}\n[mcp_servers.tickets]\ncommand = \"python3\"\nargs = [\"t.py\"]\n"),
+        )
+        .unwrap();
+        let task = Task::load(&dir).unwrap();
+        assert_eq!(
+            task.spec.mcp_servers["tickets"].command.as_deref(),
+            Some("python3")
+        );
+        std::fs::write(
+            &toml,
+            format!("{base}\n[mcp_servers.web]\nurl = \"https://example.com/mcp\"\n"),
+        )
+        .unwrap();
+        let err = Task::load(&dir).unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("mcp_servers.web.url"), "{err}");
+        std::fs::write(
+            &toml,
+            format!("{base}\n[mcp_servers.\"bad name\"]\ncommand = \"x\"\n"),
+        )
+        .unwrap();
+        let err = Task::load(&dir).unwrap_err();
+        assert!(err.to_string().contains("server name"), "{err}");
     }
 }

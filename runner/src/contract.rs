@@ -37,6 +37,10 @@ pub struct TrialConfig {
     /// (`objects/info/alternates`), so git inside it works. Empty for eval trials.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub readable: Vec<PathBuf>,
+    /// MCP servers the task names (`task.toml`): the child starts them inside the trial's
+    /// sandbox, and no others (it reads no config file).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub mcp_servers: std::collections::BTreeMap<String, anvil_llm::mcp_config::McpServerConfig>,
 }
 
 /// A [`TrialConfig`] file that could not be written or read.
@@ -365,6 +369,16 @@ mod tests {
             hidden: vec!["/tasks/t1".into(), "/tmp/anvil-trials".into()],
             session_path: Some("/data/anvil/sweeps/s/t1/sonnet/0.jsonl".into()),
             readable: vec!["/home/u/project/.git/objects".into()],
+            mcp_servers: [(
+                "tickets".to_string(),
+                anvil_llm::mcp_config::McpServerConfig {
+                    command: Some("python3".into()),
+                    args: vec!["tools/tickets.py".into()],
+                    enabled: true,
+                    ..Default::default()
+                },
+            )]
+            .into(),
         };
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(TrialConfig::FILE_NAME);

@@ -80,6 +80,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
         transcript: spec.transcript,
         prompt: spec.prompt,
         permission_mode: "bypass",
+        mcp_servers: Default::default(),
         max_steps: spec.max_steps,
         // The run's own ledger admits each session (see `run_state::Ledger`).
         max_cost_usd: None,

@@ -36,6 +36,40 @@ pub fn start(
     elicitor: Arc<dyn Elicitor>,
     tools: &mut ToolRegistry,
 ) -> Option<Arc<McpServers>> {
+    start_in(
+        configs, settings, workspace, redactor, elicitor, None, tools,
+    )
+}
+
+/// An eval trial's servers (its task's): confined by `sandbox` like its commands, declining
+/// every elicitation.
+pub fn start_sandboxed(
+    configs: &BTreeMap<String, McpServerConfig>,
+    workspace: &Path,
+    redactor: &Arc<Redactor>,
+    sandbox: Arc<anvil_agent::sandbox::Sandbox>,
+    tools: &mut ToolRegistry,
+) -> Option<Arc<McpServers>> {
+    start_in(
+        configs,
+        McpSettings::default(),
+        workspace,
+        redactor,
+        Arc::new(Decline),
+        Some(sandbox),
+        tools,
+    )
+}
+
+fn start_in(
+    configs: &BTreeMap<String, McpServerConfig>,
+    settings: McpSettings,
+    workspace: &Path,
+    redactor: &Arc<Redactor>,
+    elicitor: Arc<dyn Elicitor>,
+    sandbox: Option<Arc<anvil_agent::sandbox::Sandbox>>,
+    tools: &mut ToolRegistry,
+) -> Option<Arc<McpServers>> {
     if configs.is_empty() {
         return None;
     }
@@ -54,7 +88,7 @@ pub fn start(
             workspace: workspace.to_path_buf(),
             env: ChildEnv::default().vars(),
             redactor: Arc::clone(redactor),
-            sandbox: None,
+            sandbox,
             elicitor,
         },
         deferral(settings),

@@ -177,21 +177,23 @@ fn build_trial(
     let mut prompt = PromptBuilder::for_workspace(&cwd);
     prompt.instructions = discover_instructions(&cwd, None);
     let redactor = redactor(&registry);
-    let mut agent = agent_for(
-        &model,
+    // A trial reads no config file: its commands get anvil's default limits.
+    let mut tools = tools(
         &cwd,
-        cli,
-        prompt,
-        // A trial reads no config file: its commands get anvil's default limits.
-        tools(
-            &cwd,
-            cli.sandbox,
-            Some(&trial),
-            Arc::clone(&redactor),
-            Limits::default(),
-        )?,
-        events,
+        cli.sandbox,
+        Some(&trial),
+        Arc::clone(&redactor),
+        Limits::default(),
+    )?;
+    // The task's MCP servers, inside the same sandbox as its commands; nobody to elicit.
+    let mcp = crate::cli::mcp::start_sandboxed(
+        &trial.mcp_servers,
+        &cwd,
+        &redactor,
+        session_sandbox(&cwd, cli.sandbox, Some(&trial), Limits::default()),
+        &mut tools,
     );
+    let mut agent = agent_for(&model, &cwd, cli, prompt, tools, events);
     // The trial's transcript, where the worker said: a new file, never an existing one.
     if let Some(path) = &trial.session_path {
         let (writer, loaded) =
@@ -209,7 +211,7 @@ fn build_trial(
         ignored: Vec::new(),
         trial: Some(trial),
         redactor,
-        mcp: None,
+        mcp,
     })
 }
 
@@ -321,13 +323,23 @@ pub fn tools(
     let access = FileAccess::workspace(cwd)
         .map_err(|e| SetupError(format!("cannot open the workspace {}: {e}", cwd.display())))?;
     let mut tools = ToolRegistry::new().with_redactor(redactor);
-    let sandbox = Arc::new(trial_sandbox(
-        Sandbox::new(policy(sandbox), cwd).with_limits(limits),
-        trial,
-    ));
+    let sandbox = session_sandbox(cwd, sandbox, trial, limits);
     register_coding_tools(&mut tools, Arc::new(access), ChildEnv::default(), sandbox)
         .map_err(|e| SetupError(e.to_string()))?;
     Ok(tools)
+}
+
+/// The sandbox of the session's commands (and of an eval trial's MCP servers).
+fn session_sandbox(
+    cwd: &Path,
+    mode: SandboxMode,
+    trial: Option<&TrialConfig>,
+    limits: Limits,
+) -> Arc<Sandbox> {
+    Arc::new(trial_sandbox(
+        Sandbox::new(policy(mode), cwd).with_limits(limits),
+        trial,
+    ))
 }
 
 /// The sandbox of an eval trial's commands: a confined view that shows only the workspace,

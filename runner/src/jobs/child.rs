@@ -39,6 +39,8 @@ pub struct ChildSpec<'a> {
     pub prompt: &'a str,
     /// `--permission-mode`.
     pub permission_mode: &'a str,
+    /// The task's MCP servers (started by the child inside its sandbox).
+    pub mcp_servers: std::collections::BTreeMap<String, anvil_llm::mcp_config::McpServerConfig>,
     pub max_steps: u32,
     /// `--max-cost-usd`: the child's own hard budget (a trial's cost cap or its admitted share
     /// of the sweep's budget).
@@ -143,6 +145,7 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
         hidden: spec.hidden.clone(),
         readable: spec.readable.clone(),
         session_path: Some(spec.transcript.to_path_buf()),
+        mcp_servers: spec.mcp_servers.clone(),
     }
     .write(spec.config_path)?;
     let workspace = spec.workspace.display().to_string();

@@ -667,6 +667,7 @@ impl AgentTrials {
             transcript,
             prompt: &task.spec.prompt,
             permission_mode: task.spec.permission_mode.name(),
+            mcp_servers: task.spec.mcp_servers.clone(),
             max_steps: task.spec.max_steps,
             max_cost_usd,
             timeout: Duration::from_secs(task.spec.timeout_secs),

@@ -236,6 +236,7 @@ async fn a_pinned_config_is_the_whole_truth() {
         hidden: vec![trial_dir.clone()],
         session_path: Some(transcript.clone()),
         readable: Vec::new(),
+        mcp_servers: Default::default(),
     }
     .write(&config_path)
     .unwrap();

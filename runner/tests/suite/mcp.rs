@@ -286,3 +286,89 @@ async fn the_mcp_conformance_suite_passes_but_for_oauth() {
     }
     let _ = Value::Null;
 }
+
+/// A task's MCP server runs inside the trial's sandbox, like its commands: it cannot read
+/// what the trial hides (the task directory with the solution), cannot write outside the
+/// workspace, and gets no credential from anvil's environment.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tasks_mcp_server_runs_inside_the_trials_sandbox() {
+    use anvil_llm::config::{Config, ConfigFile};
+    use anvil_llm::registry::Registry;
+    use anvil_runner::contract::TrialConfig;
+    let trial_dir_name = "trial";
+    let m = {
+        let placeholder = server(vec![]).await;
+        machine(&placeholder)
+    };
+    let trial_dir = m.home.path().join(trial_dir_name);
+    std::fs::create_dir_all(&trial_dir).unwrap();
+    std::fs::write(trial_dir.join("solution.txt"), "THE ANSWER").unwrap();
+    let outside = m.home.path().join("outside.txt");
+    let model_server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "mcp__probe__probe",
+            json!({"read": trial_dir.join("solution.txt"), "write": outside}),
+        ),
+        text_answer("probed"),
+    ])
+    .await;
+    let user = format!(
+        "[providers.mock]\nkind = \"anthropic\"\nbase_url = \"{}\"\napi_key_env = \"MOCK_API_KEY\"\n\n[models.test]\nprovider = \"mock\"\nmodel = \"claude-test\"\n",
+        model_server.uri()
+    );
+    let user = ConfigFile::parse(&user, std::path::Path::new("u.toml")).unwrap();
+    let config = Config::merge(Some(("u.toml".into(), user)), None, false).unwrap();
+    let model = Registry::with_env(config, |_| None).pin("test").unwrap();
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/probe_mcp_server.py"),
+        m.repo.join("probe_mcp_server.py"),
+    )
+    .unwrap();
+    let config_path = trial_dir.join(TrialConfig::FILE_NAME);
+    TrialConfig {
+        model,
+        hidden: vec![trial_dir.clone()],
+        session_path: None,
+        readable: Vec::new(),
+        mcp_servers: [(
+            "probe".to_string(),
+            McpServerConfig {
+                command: Some("/usr/bin/python3".into()),
+                args: vec!["probe_mcp_server.py".into()],
+                enabled: true,
+                ..Default::default()
+            },
+        )]
+        .into(),
+    }
+    .write(&config_path)
+    .unwrap();
+    let out = m
+        .command()
+        .args([
+            "-p",
+            "probe",
+            "--output-format",
+            "json",
+            "--permission-mode",
+            "bypass",
+        ])
+        .arg("--pinned-config")
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let requests = model_server.requests();
+    let result = requests[1]["messages"].to_string();
+    assert!(result.contains("read: refused"), "{result}");
+    assert!(!result.contains("THE ANSWER"), "{result}");
+    assert!(result.contains("key: absent"), "{result}");
+    // Outside the workspace it writes at most into the sandbox's private /tmp: never the host.
+    assert!(!outside.exists(), "{result}");
+}
