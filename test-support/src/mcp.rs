@@ -135,3 +135,142 @@ impl Drop for HttpEverything {
         let _ = self.child.wait();
     }
 }
+
+/// A proxy in front of a real streamable-HTTP server that can make its session look expired:
+/// while armed, a POST carrying an `mcp-session-id` is answered `404 Not Found` (what the spec
+/// says a server answers for a session it no longer knows) instead of being forwarded.
+/// Everything else goes through, one request per connection.
+pub struct ExpiringProxy {
+    port: u16,
+    expire: Arc<std::sync::atomic::AtomicUsize>,
+    initializes: Arc<std::sync::atomic::AtomicUsize>,
+    not_found: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ExpiringProxy {
+    /// Proxies `upstream` (`host:port`). Call within a tokio runtime.
+    pub async fn start(upstream: String) -> ExpiringProxy {
+        use std::sync::atomic::AtomicUsize;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let expire = Arc::new(AtomicUsize::new(0));
+        let initializes = Arc::new(AtomicUsize::new(0));
+        let not_found = Arc::new(AtomicUsize::new(0));
+        let (e, i, n) = (expire.clone(), initializes.clone(), not_found.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(proxy_one(
+                    socket,
+                    upstream.clone(),
+                    e.clone(),
+                    i.clone(),
+                    n.clone(),
+                ));
+            }
+        });
+        ExpiringProxy {
+            port,
+            expire,
+            initializes,
+            not_found,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// Answers the next `n` session POSTs with 404.
+    pub fn expire_next(&self, n: usize) {
+        self.expire.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// `initialize` requests that went through.
+    pub fn initializes(&self) -> usize {
+        self.initializes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// 404s sent.
+    pub fn not_found(&self) -> usize {
+        self.not_found.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for ExpiringProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn proxy_one(
+    mut client: tokio::net::TcpStream,
+    upstream: String,
+    expire: Arc<std::sync::atomic::AtomicUsize>,
+    initializes: Arc<std::sync::atomic::AtomicUsize>,
+    not_found: Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match client.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        match client.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let body = String::from_utf8_lossy(&buf[head_end..]).into_owned();
+    let has_session = head.to_ascii_lowercase().contains("\r\nmcp-session-id:");
+    if head.starts_with("POST ")
+        && has_session
+        && expire
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        not_found.fetch_add(1, Ordering::SeqCst);
+        let _ = client
+            .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+            .await;
+        return;
+    }
+    if body.contains("\"method\":\"initialize\"") {
+        initializes.fetch_add(1, Ordering::SeqCst);
+    }
+    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else {
+        return;
+    };
+    // One request per connection: the upstream closes after its response.
+    let head: String = head
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+        .collect::<Vec<_>>()
+        .join("\r\n");
+    let head = head.trim_end_matches("\r\n").to_string() + "\r\nconnection: close\r\n\r\n";
+    if server.write_all(head.as_bytes()).await.is_err()
+        || server.write_all(&buf[head_end..]).await.is_err()
+    {
+        return;
+    }
+    let (mut from_server, mut to_client) = (server, client);
+    let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+}

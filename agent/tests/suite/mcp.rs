@@ -895,3 +895,54 @@ async fn a_servers_progress_reaches_the_front_end_as_tool_progress_events() {
     );
     servers.shutdown(Duration::from_secs(1)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_http_session_is_reinitialized_once_and_never_in_a_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = mcp::HttpEverything::start();
+    let upstream = http
+        .url()
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_string();
+    let proxy = mcp::ExpiringProxy::start(upstream).await;
+    let config = McpServerConfig {
+        url: Some(proxy.url()),
+        enabled: true,
+        startup_timeout_secs: Some(20),
+        tool_timeout_secs: Some(10),
+        ..Default::default()
+    };
+    let servers = start(dir.path(), &[("web", config)]);
+    servers.wait_started().await;
+    assert_eq!(
+        status(&servers, "web"),
+        ServerStatus::Connected { tools: 15 }
+    );
+    let r = registry(&servers);
+    assert_eq!(proxy.initializes(), 1);
+
+    // The session expires: the call goes through on a new one, transparently.
+    proxy.expire_next(1);
+    let (text, is_error, _) = call(&r, "mcp__web__echo", json!({"message": "again"})).await;
+    assert_eq!((text.as_str(), is_error), ("Echo: again", false));
+    assert_eq!(proxy.not_found(), 1);
+    assert_eq!(proxy.initializes(), 2, "one re-initialization");
+
+    // A server that forgets every session: an error result, not a loop.
+    proxy.expire_next(1000);
+    let started = Instant::now();
+    let (text, is_error, _) = call(&r, "mcp__web__echo", json!({"message": "x"})).await;
+    assert!(is_error, "{text}");
+    assert!(
+        started.elapsed() < Duration::from_secs(12),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        proxy.initializes() <= 4,
+        "re-initialized {} times",
+        proxy.initializes()
+    );
+    servers.shutdown(Duration::from_secs(1)).await;
+}
