@@ -569,6 +569,15 @@ impl Policy {
             .find(|r| r.matches_tool(tool) && r.matches_subject(subject))
     }
 
+    /// A deny or ask rule for `tool`: one with a pattern also applies to a tool that has no
+    /// subject to match it against (an MCP tool), since a restriction that cannot be checked
+    /// must not be skipped (`deny = ["mcp__fs__write_file(*)"]` denies every call).
+    fn restricting<'a>(rules: &'a [Rule], tool: &str, subject: Option<&str>) -> Option<&'a Rule> {
+        rules
+            .iter()
+            .find(|r| r.matches_tool(tool) && (subject.is_none() || r.matches_subject(subject)))
+    }
+
     /// Whether a file tool's path leaves the workspace (lexically, before any symlink).
     fn outside(&self, tool: &dyn Tool, args: &Value) -> Option<PathBuf> {
         let path = args
@@ -594,7 +603,7 @@ impl Policy {
         // 1. Hard denies.
         let denied = match &line {
             Some(script) => self.bash_rule(&self.deny, name, script),
-            None => Self::matching(&self.deny, name, subject.as_deref()).map(|r| (r, None)),
+            None => Self::restricting(&self.deny, name, subject.as_deref()).map(|r| (r, None)),
         };
         if let Some((rule, detail)) = denied {
             return Decision::Deny {
@@ -636,7 +645,7 @@ impl Policy {
         // 4. Ask rules.
         let asked = match &line {
             Some(script) => self.bash_rule(&self.ask, name, script),
-            None => Self::matching(&self.ask, name, subject.as_deref()).map(|r| (r, None)),
+            None => Self::restricting(&self.ask, name, subject.as_deref()).map(|r| (r, None)),
         };
         if let Some((rule, detail)) = asked {
             return Decision::Ask {

@@ -14,7 +14,7 @@
 //!   cancelled by dropping it), the guard kills the group on the way out.
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -248,11 +248,49 @@ async fn joined(handle: Option<tokio::task::JoinHandle<Captured>>) -> Captured {
 /// The command for `spec`: its own process group, exactly the given environment, stdout and
 /// stderr piped, the passed descriptors placed. The one way anvil builds a supervised child.
 fn command(spec: &ProcessSpec, stdin: Stdio) -> Result<tokio::process::Command, ProcessError> {
+    command_in(spec, stdin, false)
+}
+
+/// [`command`], optionally in a session of its own (`new_session`): no controlling terminal,
+/// so nothing it starts can open `/dev/tty`, type into anvil's terminal (`TIOCSTI`) or draw a
+/// fake prompt on it. Without `unsafe` there is no `setsid()` between fork and exec, so the
+/// util-linux `setsid` program does it (the child is not a group leader, so it does not fork:
+/// the pid stays the group and session id); where it is missing, a process group only.
+fn command_in(
+    spec: &ProcessSpec,
+    stdin: Stdio,
+    new_session: bool,
+) -> Result<tokio::process::Command, ProcessError> {
     let spawn_err = |source| ProcessError::Spawn {
         program: spec.program.clone(),
         source,
     };
-    let mut command = tokio::process::Command::new(&spec.program);
+    let setsid = new_session
+        .then(|| {
+            ["/usr/bin/setsid", "/bin/setsid"]
+                .into_iter()
+                .find(|p| Path::new(p).is_file())
+        })
+        .flatten();
+    let mut command = match setsid {
+        Some(setsid) => {
+            // `setsid` would report a missing program as its own exit 1: say it here.
+            if !findable(&spec.program, &spec.env, &spec.cwd) {
+                return Err(spawn_err(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no such program (searched the PATH it is given)",
+                )));
+            }
+            let mut c = tokio::process::Command::new(setsid);
+            c.arg(&spec.program);
+            c
+        }
+        None => {
+            let mut c = tokio::process::Command::new(&spec.program);
+            c.process_group(0);
+            c
+        }
+    };
     command
         .args(&spec.args)
         .current_dir(&spec.cwd)
@@ -261,7 +299,6 @@ fn command(spec: &ProcessSpec, stdin: Stdio) -> Result<tokio::process::Command, 
         .stdin(stdin)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
         .kill_on_drop(true);
     // command-fds places each descriptor at its number between fork and exec; anvil's own
     // copies stay close-on-exec.
@@ -287,6 +324,27 @@ fn command(spec: &ProcessSpec, stdin: Stdio) -> Result<tokio::process::Command, 
         })?;
     }
     Ok(command)
+}
+
+/// Whether `program` names an executable file: a path (relative to `cwd`), or a name found on
+/// the `PATH` of `env`.
+fn findable(program: &str, env: &[(String, String)], cwd: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        return executable(&cwd.join(program));
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .any(|d| executable(&cwd.join(d).join(program)))
 }
 
 /// Runs `spec` to completion, timeout or cancellation (see the module docs).

@@ -206,6 +206,7 @@ fn main() {
                 &configs,
                 ConnectOptions {
                     workspace: std::env::temp_dir(),
+                    cwd: std::env::temp_dir(),
                     env: ChildEnv::default().vars(),
                     redactor: Arc::new(Redactor::default()),
                     sandbox: None,

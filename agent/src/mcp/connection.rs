@@ -30,14 +30,23 @@ use crate::secrets::Redactor;
 /// Longest a call may go on while progress keeps resetting its idle timeout.
 pub const HARD_CALL_CAP: Duration = Duration::from_secs(30 * 60);
 
+/// Most pages of one `tools/list`.
+pub const MAX_PAGES: usize = 100;
+/// Most tools one server may list.
+pub const MAX_TOOLS: usize = 2000;
+
 /// How much of a failed server's stderr a status line quotes.
 const STDERR_QUOTE: usize = 2000;
 
 /// What starting a server needs besides its config.
 #[derive(Clone)]
 pub struct ConnectOptions {
-    /// The workspace: a stdio server's default `cwd` and the root anvil declares.
+    /// The workspace: the root anvil declares, and what a server's relative `cwd` is under.
     pub workspace: PathBuf,
+    /// Where a stdio server runs when its config names no `cwd`. Not the workspace for the
+    /// user's servers: `python3 -m server` or `npx server` would run the repository's own
+    /// `server/` or `node_modules/.bin` — code the user never trusted.
+    pub cwd: PathBuf,
     /// The scrubbed environment every stdio server starts from.
     pub env: Vec<(String, String)>,
     /// Redacts the servers' stderr as it is read.
@@ -147,7 +156,7 @@ impl Connection {
                         .cwd
                         .as_ref()
                         .map(|c| options.workspace.join(c))
-                        .unwrap_or_else(|| options.workspace.clone()),
+                        .unwrap_or_else(|| options.cwd.clone()),
                 )
                 .args(args.iter().cloned())
                 .redact(Arc::clone(&options.redactor));
@@ -259,14 +268,47 @@ impl Connection {
         }
     }
 
-    /// Every tool the server lists (all pages), as JSON.
+    /// Every tool the server lists, following `nextCursor` to the end — within `timeout` in
+    /// all, [`MAX_PAGES`] pages and [`MAX_TOOLS`] tools, so a server that never stops paging
+    /// cannot grow anvil's memory without bound.
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<rmcp::model::Tool>, String> {
         self.listings
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        tokio::time::timeout(timeout, self.peer.list_all_tools())
+        let all = async {
+            let mut tools = Vec::new();
+            let mut cursor: Option<String> = None;
+            let mut seen = std::collections::HashSet::new();
+            for _ in 0..MAX_PAGES {
+                let params = cursor
+                    .clone()
+                    .map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
+                let page = self
+                    .peer
+                    .list_tools(params)
+                    .await
+                    .map_err(|e| format!("tools/list failed: {e}"))?;
+                tools.extend(page.tools);
+                if tools.len() > MAX_TOOLS {
+                    return Err(format!(
+                        "the server lists more than {MAX_TOOLS} tools; refused"
+                    ));
+                }
+                match page.next_cursor {
+                    None => return Ok(tools),
+                    Some(next) if !seen.insert(next.clone()) => {
+                        return Err(format!(
+                            "tools/list pages loop (cursor '{}' came back)",
+                            next.chars().take(40).collect::<String>()
+                        ));
+                    }
+                    Some(next) => cursor = Some(next),
+                }
+            }
+            Err(format!("tools/list did not end after {MAX_PAGES} pages"))
+        };
+        tokio::time::timeout(timeout, all)
             .await
             .map_err(|_| format!("tools/list not answered within {}s", timeout.as_secs()))?
-            .map_err(|e| format!("tools/list failed: {e}"))
     }
 
     /// How many times the tools were listed.

@@ -4,19 +4,24 @@
 //! (`^[a-zA-Z0-9_-]{1,64}$`) that decodes to one (server, tool) pair: the tool name has only
 //! allowed characters, no `__`, does not start or end with `_`, and the whole fits in 64. Every
 //! other tool gets a sanitized, shortened name with a hash suffix of its (server, original
-//! name) — stable across starts, independent of the order servers connect in, and distinct
-//! for two names that share their first 64 characters.
+//! name) and a final `_` — stable across starts, independent of the order servers connect in,
+//! and distinct for two names that share their first 64 characters.
 //!
-//! Plain names are injective: a plain tool part contains no `__` and starts with neither `_`
-//! nor `__`, so the last `__` of a plain name is its separator.
+//! No server can take another's name:
+//! - plain names are injective: a plain tool part contains no `__` and does not start with
+//!   `_`, so the last `__` of a plain name is its separator;
+//! - a hashed name ends with `_`, which no plain name does (a plain tool part does not end
+//!   with `_`);
+//! - two hashed names are equal only if 64 bits of SHA-256 over (server, tool) are: not
+//!   something a server can arrange by choosing its tool names.
 
 use sha2::{Digest, Sha256};
 
 /// Longest tool name providers accept.
 pub const MAX_NAME: usize = 64;
 
-/// Hex digits of the hash suffix.
-const HASH_DIGITS: usize = 8;
+/// Hex digits of the hash suffix (64 bits: no collision by search).
+const HASH_DIGITS: usize = 16;
 
 /// The name tool `tool` of server `server` is exposed as.
 pub fn exposed_name(server: &str, tool: &str) -> String {
@@ -33,10 +38,10 @@ pub fn exposed_name(server: &str, tool: &str) -> String {
     };
     let suffix = &hash[..HASH_DIGITS];
     let sanitized = format!("mcp__{server}__{}", sanitize(tool));
-    let room = MAX_NAME - HASH_DIGITS - 1;
+    let room = MAX_NAME - HASH_DIGITS - 2;
     // ASCII only after sanitizing, so any byte index is a char boundary.
     let head = &sanitized[..sanitized.len().min(room)];
-    format!("{head}_{suffix}")
+    format!("{head}_{suffix}_")
 }
 
 /// Whether `tool` can stand in a plain exposed name.
@@ -111,6 +116,21 @@ mod tests {
             valid(&dotted) && dotted.starts_with("mcp__s__a_b_"),
             "{dotted}"
         );
+    }
+
+    #[test]
+    fn a_plain_name_never_equals_a_hashed_one() {
+        // A reviewer's attack: server `x` tool `.r` was hashed to `mcp__x___r_5178e157`,
+        // which server `x_` could claim with a tool named `r_5178e157`.
+        let hashed = exposed_name("x", ".r");
+        assert!(hashed.ends_with('_'), "{hashed}");
+        let rest = hashed.strip_prefix("mcp__x___").unwrap();
+        assert_ne!(exposed_name("x_", rest), hashed);
+        assert_ne!(exposed_name("x_", rest.trim_end_matches('_')), hashed);
+        // Plain names never end with `_`.
+        for (server, tool) in [("a", "b"), ("a_", "b"), ("a-", "b-"), ("x", "r_5178e157")] {
+            assert!(!exposed_name(server, tool).ends_with('_'));
+        }
     }
 
     #[test]

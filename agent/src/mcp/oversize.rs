@@ -1,11 +1,12 @@
-//! Refusing an oversized message from a stdio server cleanly.
+//! Refusing a stdio server's oversized or unreadable message cleanly.
 //!
-//! rmcp's line codec drops a line longer than 16 MiB silently, so the call it answered would
-//! wait for its timeout. [`LineLimit`] (sans IO) sits in front of it: a line that grows past
-//! [`MAX_LINE`] is cut there (what was passed becomes an unparsable line, which rmcp ignores),
-//! the rest of it is skipped as it arrives — memory stays bounded — and in its place goes a
-//! JSON-RPC error for the request it answered (its id is read from the line's start), so the
-//! call ends at once with an error result saying how big the response was.
+//! rmcp's line codec drops a line longer than 16 MiB, or one that is not JSON (invalid UTF-8,
+//! nesting deeper than serde_json's 128 levels), silently, so the call it answered would wait
+//! for its timeout. [`LineLimit`] (sans IO) sits in front of it and passes each line on whole
+//! once it is complete and parses: a line that grows past [`MAX_LINE`] is dropped as it
+//! arrives (memory stays bounded), and in place of a dropped or unparsable line goes a
+//! JSON-RPC error for the request it answered (its id is read from the line's start or end),
+//! so the call ends at once with an error result saying what was wrong.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -26,6 +27,8 @@ pub struct LineLimit {
     /// The line's last bytes (the TypeScript SDK writes `"id"` last).
     tail: Vec<u8>,
     over: bool,
+    /// The line so far (until it is over the limit).
+    line: Vec<u8>,
 }
 
 impl LineLimit {
@@ -36,6 +39,7 @@ impl LineLimit {
             head: Vec::with_capacity(HEAD),
             tail: Vec::with_capacity(2 * HEAD),
             over: false,
+            line: Vec::new(),
         }
     }
 
@@ -58,40 +62,43 @@ impl LineLimit {
                 self.tail.drain(..cut);
             }
             if !self.over {
-                let room = self.limit - self.len;
-                if piece.len() <= room {
-                    out.extend_from_slice(piece);
+                if self.len + piece.len() <= self.limit {
+                    self.line.extend_from_slice(piece);
                 } else {
-                    out.extend_from_slice(&piece[..room]);
-                    out.push(b'\n');
                     self.over = true;
+                    self.line = Vec::new();
                 }
             }
             self.len += piece.len();
             if newline {
                 if self.over {
-                    out.extend_from_slice(self.refusal().as_bytes());
+                    let why = format!(
+                        "the server's message was {:.1} MiB, over the {} MiB anvil accepts; it was refused",
+                        self.len as f64 / (1024.0 * 1024.0),
+                        self.limit / (1024 * 1024)
+                    );
+                    out.extend_from_slice(self.refusal(&why).as_bytes());
+                } else if let Err(e) = readable(&self.line) {
+                    let why = format!("the server's message is not JSON ({e}); it was refused");
+                    out.extend_from_slice(self.refusal(&why).as_bytes());
                 } else {
+                    out.extend_from_slice(&self.line);
                     out.push(b'\n');
                 }
                 self.len = 0;
                 self.head.clear();
                 self.tail.clear();
                 self.over = false;
+                self.line.clear();
             }
         }
     }
 
-    /// The error line standing in for the refused message.
-    fn refusal(&self) -> String {
+    /// The error line standing in for a refused message.
+    fn refusal(&self, message: &str) -> String {
         let id = last_id(&self.tail)
             .or_else(|| first_id(&self.head))
             .unwrap_or_else(|| "null".into());
-        let message = format!(
-            "the server's message was {:.1} MiB, over the {} MiB anvil accepts; it was refused",
-            self.len as f64 / (1024.0 * 1024.0),
-            self.limit / (1024 * 1024)
-        );
         format!(
             "{}\n",
             serde_json::json!({
@@ -102,6 +109,42 @@ impl LineLimit {
         )
     }
 }
+
+/// Whether rmcp can read `line`: UTF-8, nested at most [`MAX_DEPTH`] deep (serde_json's
+/// limit), and JSON. Why not, otherwise.
+fn readable(line: &[u8]) -> Result<(), String> {
+    std::str::from_utf8(line).map_err(|e| e.to_string())?;
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in line {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    if deepest > MAX_DEPTH {
+        return Err(format!("nested {deepest} levels deep, over {MAX_DEPTH}"));
+    }
+    serde_json::from_slice::<serde::de::IgnoredAny>(line)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// serde_json's recursion limit: a deeper message is one rmcp cannot parse.
+const MAX_DEPTH: usize = 127;
 
 /// The `"id"` key that opens a message (`{"jsonrpc":"2.0","id":7,"result":…`): the first one,
 /// when it comes before `"result"` and `"error"`.
@@ -223,17 +266,16 @@ mod tests {
         );
         let out = run(64, &[big.as_bytes(), b"{\"id\":8}\n"]);
         let lines: Vec<&str> = out.lines().collect();
-        assert_eq!(lines.len(), 3, "{out}");
-        assert_eq!(lines[0].len(), 64, "the cut part, unparsable");
-        let err: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(lines.len(), 2, "{out}");
+        let err: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
         assert_eq!(err["id"], 7);
         assert!(
             err["error"]["message"]
                 .as_str()
                 .unwrap()
-                .contains("refused")
+                .contains("over the")
         );
-        assert_eq!(lines[2], "{\"id\":8}", "the next message is untouched");
+        assert_eq!(lines[1], "{\"id\":8}", "the next message is untouched");
     }
 
     #[test]
@@ -243,7 +285,7 @@ mod tests {
             "w".repeat(400)
         );
         let out = run(64, &[big.as_bytes()]);
-        let err: serde_json::Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+        let err: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
         assert_eq!(err["id"], 12, "the top-level id, not the nested one");
     }
 
@@ -255,7 +297,33 @@ mod tests {
         );
         let pieces: Vec<&[u8]> = big.as_bytes().chunks(1).collect();
         let out = run(50, &pieces);
-        let err: serde_json::Value = serde_json::from_str(out.lines().nth(1).unwrap()).unwrap();
+        let err: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
         assert_eq!(err["id"], "req-1");
+    }
+
+    #[test]
+    fn a_line_that_is_not_json_is_an_error_for_its_request_not_a_silent_drop() {
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":3,\"result\":{}{}}}\n",
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
+        let mut bad_utf8 = b"{\"jsonrpc\":\"2.0\",\"id\":4,\"result\":{\"t\":\"".to_vec();
+        bad_utf8.extend_from_slice(&[0xff, 0xfe]);
+        bad_utf8.extend_from_slice(b"\"}}\n");
+        let out = run(MAX_LINE, &[deep.as_bytes(), &bad_utf8]);
+        let lines: Vec<serde_json::Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert_eq!(lines[0]["id"], 3);
+        assert_eq!(lines[1]["id"], 4);
+        assert!(
+            lines[0]["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not JSON")
+        );
     }
 }

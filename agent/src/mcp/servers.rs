@@ -321,6 +321,7 @@ impl McpServers {
                 remote,
                 trusted,
                 Arc::clone(conn),
+                &self.options.redactor,
             )));
         }
         state.by_name.retain(|_, t| t.server != name);

@@ -37,11 +37,13 @@ impl std::fmt::Debug for McpTool {
 
 impl McpTool {
     /// `remote` as the server listed it. `trusted`: whether its annotations are believed.
+    /// Its description and schema go to the model, so they are redacted like results.
     pub fn new(
         exposed: String,
         remote: &rmcp::model::Tool,
         trusted: bool,
         conn: Arc<Connection>,
+        redactor: &crate::secrets::Redactor,
     ) -> Self {
         let server = conn.name.clone();
         let mut schema = Value::Object((*remote.input_schema).clone());
@@ -55,7 +57,16 @@ impl McpTool {
             .as_deref()
             .or(remote.title.as_deref())
             .unwrap_or("");
-        let description = format!("[{server}] {text}").trim_end().to_string();
+        let description = redactor.redact(format!("[{server}] {text}").trim_end());
+        if !redactor.is_empty() {
+            let text = schema.to_string();
+            let redacted = redactor.redact(&text);
+            if redacted != text {
+                schema = serde_json::from_str(&redacted).unwrap_or_else(
+                    |_| json!({"type": "object", "description": "(schema withheld: it held a secret)"}),
+                );
+            }
+        }
         let output = remote.output_schema.as_ref().and_then(|s| {
             match content::compile(&Value::Object((**s).clone())) {
                 Ok(v) => Some(Arc::new(v)),

@@ -2,6 +2,7 @@
 //! MCP server), beside [`super::run`]'s run-to-completion commands. Same rules: its own process
 //! group, exactly the environment given, output redacted as it is read. In addition:
 //!
+//! - a session of its own: no controlling terminal to write to or type into;
 //! - stderr never reaches the terminal: the last [`STDERR_TAIL`] bytes are kept in memory (for
 //!   the reason a server failed) and written to the log when the service ends;
 //! - its exit is watched by a task of its own, so a server killed from outside is known dead as
@@ -152,7 +153,7 @@ impl Service {
     /// Starts `spec` (its timeout is not used: a service runs until stopped). Call from within
     /// a tokio runtime.
     pub fn spawn(spec: &ProcessSpec) -> Result<Service, ProcessError> {
-        let mut command = super::command(spec, Stdio::piped())?;
+        let mut command = super::command_in(spec, Stdio::piped(), true)?;
         let mut child = command.spawn().map_err(|source| ProcessError::Spawn {
             program: spec.program.clone(),
             source,

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 fn options(workspace: &Path, elicitor: Arc<dyn Elicitor>) -> ConnectOptions {
     ConnectOptions {
         workspace: workspace.to_path_buf(),
+        cwd: std::env::temp_dir(),
         env: ChildEnv::default().vars(),
         redactor: Arc::new(Redactor::default()),
         sandbox: None,
@@ -693,6 +694,16 @@ async fn permissions_judge_mcp_tools_by_exposed_name_and_annotations_never_widen
         denying.decide(tool("trustedfs", "read_text_file").as_ref(), &read),
         Decision::Deny { .. }
     ));
+    // A deny rule with a pattern cannot be checked against a tool that has no subject: it
+    // applies, it is not skipped.
+    let mut patterned = Policy::new(PermissionMode::Bypass, &ws);
+    patterned
+        .deny
+        .push(Rule::parse("mcp__fs__write_file(*)").unwrap());
+    assert!(matches!(
+        patterned.decide(tool("fs", "write_file").as_ref(), &read),
+        Decision::Deny { .. }
+    ));
     let mut allowing = Policy::new(PermissionMode::Default, &ws);
     allowing.allow.push(Rule::parse("mcp__fs__*").unwrap());
     assert_eq!(
@@ -944,5 +955,76 @@ async fn an_expired_http_session_is_reinitialized_once_and_never_in_a_loop() {
         "re-initialized {} times",
         proxy.initializes()
     );
+    servers.shutdown(Duration::from_secs(1)).await;
+}
+
+fn hostile(mode: &str) -> McpServerConfig {
+    McpServerConfig {
+        command: Some("/usr/bin/python3".into()),
+        args: vec![
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/hostile_mcp_server.py"
+            )
+            .into(),
+            mode.into(),
+        ],
+        enabled: true,
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_runs_in_a_session_of_its_own_without_a_controlling_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = start(dir.path(), &[("h", hostile("session-leader"))]);
+    servers.wait_started().await;
+    let (text, is_error, _) = call(&registry(&servers), "mcp__h__whoami", json!({})).await;
+    assert!(!is_error, "{text}");
+    assert_eq!(text, "session leader; no controlling terminal");
+    servers.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_pages_forever_fails_with_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = start(dir.path(), &[("h", hostile("page-forever"))]);
+    let started = Instant::now();
+    servers.wait_started().await;
+    let ServerStatus::Failed { reason } = status(&servers, "h") else {
+        panic!("{:?}", status(&servers, "h"))
+    };
+    assert!(reason.contains("did not end after 100 pages"), "{reason}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_a_tools_description_and_schema_are_redacted_before_the_model_sees_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = hostile("secret-description");
+    config
+        .env
+        .insert("SERVICE_TOKEN".into(), "svc-0123456789abcdef".into());
+    let redactor = Arc::new(Redactor::default());
+    // What the runner does with a server's secret-looking env values.
+    redactor.register("SERVICE_TOKEN", "svc-0123456789abcdef");
+    let configs = BTreeMap::from([("h".to_string(), config)]);
+    let servers = McpServers::start(
+        &configs,
+        ConnectOptions {
+            redactor,
+            ..options(dir.path(), Arc::new(Decline))
+        },
+        Deferral::default(),
+    );
+    servers.wait_started().await;
+    let specs = serde_json::to_string(&registry(&servers).specs()).unwrap();
+    assert!(specs.contains("mcp__h__leak"), "{specs}");
+    assert!(!specs.contains("svc-0123456789abcdef"), "{specs}");
+    assert!(specs.contains("[REDACTED:SERVICE_TOKEN]"), "{specs}");
     servers.shutdown(Duration::from_secs(1)).await;
 }

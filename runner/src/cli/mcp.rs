@@ -82,10 +82,21 @@ fn start_in(
         }
     }
     kill_servers_on_exit();
+    let sandboxed = sandbox.is_some();
     let servers = McpServers::start(
         configs,
         ConnectOptions {
             workspace: workspace.to_path_buf(),
+            // A trial's servers are the task's (its repository holds them, inside the
+            // sandbox); the user's run from their home, never from an untrusted repository.
+            cwd: if sandboxed {
+                workspace.to_path_buf()
+            } else {
+                std::env::var_os("HOME")
+                    .map(std::path::PathBuf::from)
+                    .filter(|h| h.is_dir())
+                    .unwrap_or_else(|| std::path::PathBuf::from("/"))
+            },
             env: ChildEnv::default().vars(),
             redactor: Arc::clone(redactor),
             sandbox,
@@ -119,18 +130,35 @@ fn kill_servers_on_exit() {
         if tokio::runtime::Handle::try_current().is_ok() {
             tokio::spawn(async {
                 use tokio::signal::unix::{SignalKind, signal};
-                let (Ok(mut term), Ok(mut hup)) = (
-                    signal(SignalKind::terminate()),
-                    signal(SignalKind::hangup()),
-                ) else {
+                // Every signal whose default action ends the process (SIGINT is the turn's:
+                // it cancels, and anvil then exits through its shutdown).
+                let kinds = [
+                    (SignalKind::terminate(), 15),
+                    (SignalKind::hangup(), 1),
+                    (SignalKind::quit(), 3),
+                    (SignalKind::user_defined1(), 10),
+                    (SignalKind::user_defined2(), 12),
+                    (SignalKind::alarm(), 14),
+                ];
+                let mut streams = Vec::new();
+                for (kind, number) in kinds {
+                    if let Ok(s) = signal(kind) {
+                        streams.push((s, number));
+                    }
+                }
+                if streams.is_empty() {
                     return;
-                };
-                let code = tokio::select! {
-                    _ = term.recv() => 128 + 15,
-                    _ = hup.recv() => 128 + 1,
-                };
+                }
+                let waits = streams.iter_mut().map(|(s, number)| {
+                    let number = *number;
+                    Box::pin(async move {
+                        s.recv().await;
+                        number
+                    })
+                });
+                let (number, _, _) = futures::future::select_all(waits).await;
                 kill_all_services();
-                std::process::exit(code);
+                std::process::exit(128 + number);
             });
         }
     });

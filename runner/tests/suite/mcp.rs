@@ -372,3 +372,72 @@ async fn a_tasks_mcp_server_runs_inside_the_trials_sandbox() {
     // Outside the workspace it writes at most into the sandbox's private /tmp: never the host.
     assert!(!outside.exists(), "{result}");
 }
+
+/// A user's server must not run code from the repository anvil works in: `python3 -m NAME` and
+/// `npx NAME` look in the current directory first, so servers run from the home directory,
+/// not the workspace (a reviewer made `anvil mcp list` run a repository's
+/// `mcp_server_time/__main__.py` that way).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_repository_cannot_run_code_through_a_users_server() {
+    let server = server(vec![]).await;
+    let m = machine(&server);
+    let marker = m.home.path().join("repo-code-ran");
+    std::fs::create_dir_all(m.repo.join("planted_mcp")).unwrap();
+    std::fs::write(
+        m.repo.join("planted_mcp/__main__.py"),
+        format!(
+            "open({:?}, 'w').write('ran')\n",
+            marker.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = McpServerConfig {
+        command: Some("/usr/bin/python3".into()),
+        args: vec!["-m".into(), "planted_mcp".into()],
+        enabled: true,
+        ..Default::default()
+    };
+    add_servers(&m, &[("py", config)]);
+    let out = m.command().args(["mcp", "list"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!marker.exists(), "the repository's module ran: {stdout}");
+    assert!(stdout.contains("No module named planted_mcp"), "{stdout}");
+}
+
+/// SIGQUIT (Ctrl-\) and the other signals that end a process kill the servers too.
+#[tokio::test(flavor = "multi_thread")]
+async fn signals_that_end_anvil_end_its_servers() {
+    let server = server(vec![]).await;
+    let m = machine(&server);
+    for (n, signal) in [("quit", "QUIT"), ("usr1", "USR1"), ("term", "TERM")] {
+        let marker = format!("anvil-signal-{n}-{}", std::process::id());
+        let mut everything = mcp::everything();
+        everything.args = vec!["stdio".into(), marker.clone()];
+        let path = m.home.path().join("cfg/anvil/config.toml");
+        let base = std::fs::read_to_string(&path).unwrap();
+        let base = base.split("\n[mcp_servers.").next().unwrap().to_string();
+        std::fs::write(&path, base + &section("ev", &everything)).unwrap();
+        let mut child = m
+            .command()
+            .args(["mcp", "call", "ev", "trigger-long-running-operation"])
+            .args(["--args", r#"{"duration": 30, "steps": 30}"#])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        anvil_test_support::poll::poll_until(Duration::from_secs(10), "the server up", || {
+            (running(&marker) > 0).then_some(())
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        child.wait().unwrap();
+        anvil_test_support::poll::poll_until(
+            Duration::from_secs(1),
+            &format!("the server gone after SIG{signal}"),
+            || (running(&marker) == 0).then_some(()),
+        );
+    }
+}
