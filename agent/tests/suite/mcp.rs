@@ -23,6 +23,10 @@ use anvil_test_support::poll::poll_until_async;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+/// `kill_all_services` kills every server of this process: the test that calls it takes this
+/// for writing, every other test here for reading.
+static SERVICES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
 fn options(workspace: &Path, elicitor: Arc<dyn Elicitor>) -> ConnectOptions {
     ConnectOptions {
         workspace: workspace.to_path_buf(),
@@ -87,6 +91,7 @@ fn alive(pid: i32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_real_servers_connect_concurrently_and_their_tools_are_called_by_exposed_name() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
     std::fs::write(ws.join("hello.txt"), "hi there\n").unwrap();
@@ -153,6 +158,7 @@ async fn four_real_servers_connect_concurrently_and_their_tools_are_called_by_ex
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_images_structured_content_errors_and_roots() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
     let servers = start(
@@ -221,6 +227,7 @@ async fn results_images_structured_content_errors_and_roots() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_changed_relists_and_http_relists_once_after_connecting() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let http = mcp::HttpEverything::start();
     let mut over_http = McpServerConfig {
@@ -267,6 +274,7 @@ async fn list_changed_relists_and_http_relists_once_after_connecting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_past_its_timeout_is_cancelled_but_progress_keeps_it_alive() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = mcp::everything();
     config.tool_timeout_secs = Some(1);
@@ -302,6 +310,7 @@ async fn a_call_past_its_timeout_is_cancelled_but_progress_keeps_it_alive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_the_turn_cancels_the_call_at_once() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let servers = start(dir.path(), &[("ev", mcp::everything())]);
     servers.wait_started().await;
@@ -346,6 +355,7 @@ async fn cancelling_the_turn_cancels_the_call_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_killed_mid_session_is_dead_within_a_second_and_its_tools_return_errors() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
     let mut config = mcp::everything();
@@ -404,6 +414,7 @@ async fn a_server_killed_mid_session_is_dead_within_a_second_and_its_tools_retur
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_servers_fail_clearly_and_the_good_one_still_works() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let exits = McpServerConfig {
         command: Some("sh".into()),
@@ -484,6 +495,7 @@ async fn bad_servers_fail_clearly_and_the_good_one_still_works() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_takes_one_grace_and_leaves_no_descendant_even_one_ignoring_sigterm() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let program = mcp::everything().command.unwrap();
     // An npx-style wrapper: a shell that ignores SIGTERM and forks the real server.
@@ -555,6 +567,7 @@ async fn shutdown_takes_one_grace_and_leaves_no_descendant_even_one_ignoring_sig
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elicitation_is_answered_by_the_elicitor_headless_declines() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let declines = start(dir.path(), &[("ev", mcp::everything())]);
     let accepts = start_with(
@@ -591,6 +604,7 @@ async fn elicitation_is_answered_by_the_elicitor_headless_declines() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_deferral_size_only_tool_search_is_offered_and_a_search_activates_tools() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
     // The four test servers: 43 tools, past the default deferral of 30.
@@ -650,6 +664,7 @@ fn trusted(mut c: McpServerConfig) -> McpServerConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permissions_judge_mcp_tools_by_exposed_name_and_annotations_never_widen_a_rule() {
+    let _services = SERVICES.read().await;
     use anvil_agent::permissions::{Decision, PermissionMode, Policy, Rule};
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
@@ -719,6 +734,7 @@ async fn permissions_judge_mcp_tools_by_exposed_name_and_annotations_never_widen
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_calls_a_server_tool_and_its_image_reaches_the_model_as_an_image_block() {
+    let _services = SERVICES.read().await;
     use anvil_agent::approval::HeadlessApprover;
     use anvil_agent::permissions::{PermissionMode, Policy};
     use anvil_agent::{Agent, AgentConfig, EventSink, TurnOutcome};
@@ -814,6 +830,7 @@ async fn a_turn_calls_a_server_tool_and_its_image_reaches_the_model_as_an_image_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_20_mib_response_is_refused_cleanly_and_the_server_keeps_working() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().canonicalize().unwrap();
     std::fs::write(ws.join("big.txt"), "z".repeat(20 * 1024 * 1024)).unwrap();
@@ -850,6 +867,7 @@ async fn a_20_mib_response_is_refused_cleanly_and_the_server_keeps_working() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_progress_reaches_the_front_end_as_tool_progress_events() {
+    let _services = SERVICES.read().await;
     use anvil_agent::approval::HeadlessApprover;
     use anvil_agent::permissions::{PermissionMode, Policy};
     use anvil_agent::{Agent, AgentConfig, AgentEvent, EventSink, TurnOutcome};
@@ -909,6 +927,7 @@ async fn a_servers_progress_reaches_the_front_end_as_tool_progress_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_http_session_is_reinitialized_once_and_never_in_a_loop() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let http = mcp::HttpEverything::start();
     let upstream = http
@@ -976,6 +995,7 @@ fn hostile(mode: &str) -> McpServerConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_runs_in_a_session_of_its_own_without_a_controlling_terminal() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let servers = start(dir.path(), &[("h", hostile("session-leader"))]);
     servers.wait_started().await;
@@ -987,6 +1007,7 @@ async fn a_server_runs_in_a_session_of_its_own_without_a_controlling_terminal() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_pages_forever_fails_with_bounded_memory() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let servers = start(dir.path(), &[("h", hostile("page-forever"))]);
     let started = Instant::now();
@@ -1004,6 +1025,7 @@ async fn a_server_that_pages_forever_fails_with_bounded_memory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secrets_in_a_tools_description_and_schema_are_redacted_before_the_model_sees_them() {
+    let _services = SERVICES.read().await;
     let dir = tempfile::tempdir().unwrap();
     let mut config = hostile("secret-description");
     config
@@ -1027,4 +1049,63 @@ async fn secrets_in_a_tools_description_and_schema_are_redacted_before_the_model
     assert!(!specs.contains("svc-0123456789abcdef"), "{specs}");
     assert!(specs.contains("[REDACTED:SERVICE_TOKEN]"), "{specs}");
     servers.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sampling_is_not_declared_and_a_server_that_asks_gets_method_not_found() {
+    let _services = SERVICES.read().await;
+    let dir = tempfile::tempdir().unwrap();
+    let servers = start(dir.path(), &[("h", hostile("ask-sampling"))]);
+    servers.wait_started().await;
+    let started = Instant::now();
+    let (text, is_error, _) = call(&registry(&servers), "mcp__h__whoami", json!({})).await;
+    assert!(!is_error, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(answer["code"], -32601, "{text}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    servers.shutdown(Duration::from_secs(1)).await;
+}
+
+/// What the panic hook and the signal handlers call: every live server group is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_all_services_leaves_no_server_process() {
+    let _services = SERVICES.write().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let program = mcp::everything().command.unwrap();
+    let config = McpServerConfig {
+        command: Some("sh".into()),
+        args: vec![
+            "-c".into(),
+            format!(
+                "trap '' TERM; echo $$ > {}; {program}; true",
+                pidfile.display()
+            ),
+        ],
+        enabled: true,
+        ..Default::default()
+    };
+    let servers = start(dir.path(), &[("ev", config)]);
+    servers.wait_started().await;
+    let shell: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children")).unwrap();
+    let mut pids = vec![shell];
+    pids.extend(
+        children
+            .split_whitespace()
+            .map(|c| c.parse::<i32>().unwrap()),
+    );
+    assert!(pids.len() >= 2, "{pids:?}");
+    anvil_agent::process::kill_all_services();
+    poll_until_async(
+        Duration::from_secs(1),
+        "every server process gone",
+        || async { pids.iter().all(|&p| !alive(p)).then_some(()) },
+    )
+    .await;
+    drop(servers);
 }

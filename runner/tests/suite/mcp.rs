@@ -441,3 +441,77 @@ async fn signals_that_end_anvil_end_its_servers() {
         );
     }
 }
+
+/// A server asks the user mid-call (elicitation): the REPL shows its message, reads each field
+/// (Enter takes the default), and sends what was accepted back to the server.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_repl_answers_a_servers_elicitation() {
+    let server = server(vec![
+        tool_answer(
+            "toolu_1",
+            "mcp__everything__trigger-elicitation-request",
+            json!({}),
+        ),
+        text_answer("Thanks."),
+    ])
+    .await;
+    let m = machine(&server);
+    add_servers(&m, &[("everything", mcp::everything())]);
+    let tmux = Tmux::start(&m, 200);
+    tmux.wait_for_prompt();
+    tmux.wait_until("everything connected", |_| {
+        tmux.send(&["/mcp", "Enter"]);
+        std::thread::sleep(Duration::from_millis(300));
+        tmux.screen().contains("connected, 15 tools")
+    });
+    tmux.send(&["ask me", "Enter"]);
+    tmux.wait_for("[y]es  [a]lways  [n]o");
+    tmux.send(&["y", "Enter"]);
+    tmux.wait_for("MCP server 'everything' asks: Please provide inputs");
+    // Answer the fields: a name for the one without a default, Enter for the rest.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        assert!(Instant::now() < deadline, "{}", tmux.screen());
+        std::thread::sleep(Duration::from_millis(150));
+        let screen = tmux.screen();
+        let last = screen
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim()
+            .to_string();
+        if !last.ends_with('›') {
+            continue;
+        }
+        if last.contains("[a]ccept") {
+            tmux.send(&["a", "Enter"]);
+            break;
+        }
+        if last == "String ›" {
+            tmux.send(&["Ada Lovelace", "Enter"]);
+        } else {
+            tmux.send(&["Enter"]);
+        }
+        // Wait for the prompt to move on before answering the next one.
+        tmux.wait_until("the next field", |s| {
+            s.lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .map(str::trim)
+                != Some(last.as_str())
+        });
+    }
+    tmux.wait_for("Thanks.");
+    let second = server.requests()[1]["messages"].to_string();
+    assert!(
+        second.contains("User provided the requested information"),
+        "{second}"
+    );
+    assert!(second.contains("Ada Lovelace"), "{second}");
+    assert!(
+        second.contains("42"),
+        "the integer's default was sent: {second}"
+    );
+    tmux.send(&["/exit", "Enter"]);
+}
