@@ -159,6 +159,17 @@ pub trait Tool: Send + Sync {
     async fn call(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError>;
 }
 
+/// The JSON Schema of a tool's arguments type, as the model gets it.
+pub fn schema_of<A: JsonSchema>() -> Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(A)).unwrap_or_default();
+    if let Some(obj) = schema.as_object_mut() {
+        // schemars adds these; they are noise to the model and some providers reject them.
+        obj.remove("$schema");
+        obj.remove("title");
+    }
+    schema
+}
+
 /// A tool whose arguments are a Rust type; [`Tool`] comes with it.
 #[async_trait::async_trait]
 pub trait TypedTool: Send + Sync {
@@ -186,13 +197,7 @@ impl<T: TypedTool> Tool for T {
     }
 
     fn input_schema(&self) -> Value {
-        let mut schema = serde_json::to_value(schemars::schema_for!(T::Args)).unwrap_or_default();
-        if let Some(obj) = schema.as_object_mut() {
-            // schemars adds these; they are noise to the model and some providers reject them.
-            obj.remove("$schema");
-            obj.remove("title");
-        }
-        schema
+        schema_of::<T::Args>()
     }
 
     fn effects(&self, _args: &Value) -> Effects {

@@ -96,12 +96,7 @@ impl Tool for ToolSearch {
     }
 
     fn input_schema(&self) -> Value {
-        let mut schema = serde_json::to_value(schemars::schema_for!(Args)).unwrap_or_default();
-        if let Some(obj) = schema.as_object_mut() {
-            obj.remove("$schema");
-            obj.remove("title");
-        }
-        schema
+        crate::tool::schema_of::<Args>()
     }
 
     fn effects(&self, _: &Value) -> Effects {

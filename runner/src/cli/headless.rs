@@ -55,14 +55,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         std::sync::Arc::new(anvil_agent::approval::HeadlessApprover),
     );
     let cancel = CancellationToken::new();
-    let ctrl_c = {
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                cancel.cancel();
-            }
-        })
-    };
+    let ctrl_c = crate::cli::cancel_on_ctrl_c(&cancel);
     watch_stdout_closed(cancel.clone());
     let renderer = tokio::spawn(render(
         cli.output_format,

@@ -354,14 +354,7 @@ pub fn call(cwd: &Path, server: &str, tool: &str, args: &str) -> i32 {
 
 async fn call_one(tool: &dyn Tool, args: Value, cwd: &Path, redactor: &Redactor) -> i32 {
     let cancel = CancellationToken::new();
-    let ctrl_c = {
-        let cancel = cancel.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                cancel.cancel();
-            }
-        })
-    };
+    let ctrl_c = crate::cli::cancel_on_ctrl_c(&cancel);
     let ctx = ToolContext {
         cwd: cwd.to_path_buf(),
         cancel,

@@ -23,3 +23,16 @@ pub mod sessions;
 pub mod setup;
 
 pub use args::Cli;
+
+/// Cancels `cancel` on Ctrl-C (SIGINT) until the returned task is aborted: the one way the
+/// front end turns Ctrl-C into stopping a turn, a compaction or an MCP call.
+pub fn cancel_on_ctrl_c(
+    cancel: &tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    let cancel = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            cancel.cancel();
+        }
+    })
+}

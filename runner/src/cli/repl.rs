@@ -140,14 +140,7 @@ pub fn run(cli: Cli) -> i32 {
                     *t = Some(cancel.clone());
                 }
                 rt.block_on(async {
-                    let listener = {
-                        let cancel = cancel.clone();
-                        tokio::spawn(async move {
-                            if tokio::signal::ctrl_c().await.is_ok() {
-                                cancel.cancel();
-                            }
-                        })
-                    };
+                    let listener = crate::cli::cancel_on_ctrl_c(&cancel);
                     session
                         .agent
                         .run_turn(vec![ContentBlock::text(line)], cancel)
@@ -206,14 +199,7 @@ fn slash_command(
             let focus = (!arg.is_empty()).then_some(arg);
             let cancel = CancellationToken::new();
             let compacted = rt.block_on(async {
-                let listener = {
-                    let cancel = cancel.clone();
-                    tokio::spawn(async move {
-                        if tokio::signal::ctrl_c().await.is_ok() {
-                            cancel.cancel();
-                        }
-                    })
-                };
+                let listener = crate::cli::cancel_on_ctrl_c(&cancel);
                 let r = session.agent.compact(focus, &cancel).await;
                 listener.abort();
                 r
