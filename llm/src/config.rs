@@ -522,7 +522,15 @@ impl Config {
             c.apply_instructions(file.default_model, file.models, &source);
         }
         if let Some((path, file)) = project {
-            c.mcp = c.mcp.overlay(file.mcp);
+            if project_trusted {
+                c.mcp = c.mcp.overlay(file.mcp);
+            } else if !file.mcp.is_unset() {
+                c.ignored.push(IgnoredKey {
+                    key: "mcp".into(),
+                    path: path.clone(),
+                    reason: "a project's MCP settings apply once the project is trusted".into(),
+                });
+            }
             if !file.sandbox.is_unset() {
                 c.ignored.push(IgnoredKey {
                     key: "sandbox".into(),
@@ -1123,14 +1131,21 @@ model = "qwen3:8b"
     fn mcp_settings_merge_key_by_key_and_a_typo_is_an_error() {
         let user = file("[mcp]\ndefer_over_tools = 50\ndefer_over_bytes = 9000\n");
         let project = file("[mcp]\ndefer_over_bytes = 1000\n");
-        let c = Config::merge(
-            Some(("u.toml".into(), user)),
-            Some(("p.toml".into(), project)),
-            false,
-        )
-        .unwrap();
+        let merge = |trusted| {
+            Config::merge(
+                Some(("u.toml".into(), user.clone())),
+                Some(("p.toml".into(), project.clone())),
+                trusted,
+            )
+            .unwrap()
+        };
+        let c = merge(true);
         assert_eq!(c.mcp.defer_over_tools, Some(50));
         assert_eq!(c.mcp.defer_over_bytes, Some(1000));
+        // Untrusted, a project cannot hide the user's tools behind tool_search.
+        let c = merge(false);
+        assert_eq!(c.mcp.defer_over_bytes, Some(9000));
+        assert!(c.ignored.iter().any(|k| k.key == "mcp"));
         let bad: Result<ConfigFile, _> = toml::from_str("[mcp]\ndefer_tools = 3\n");
         assert!(bad.unwrap_err().to_string().contains("defer_tools"));
     }

@@ -31,7 +31,8 @@ pub struct McpServerConfig {
     /// Stdio: variables set for the server beside the scrubbed environment.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// Stdio: where it runs (default: the workspace).
+    /// Stdio: where it runs, relative to the workspace (default: the user's home directory, so
+    /// that `python3 -m NAME` or `npx NAME` never picks up a repository's own `NAME`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
     /// Streamable HTTP: the endpoint (`http://` or `https://`).
@@ -113,8 +114,9 @@ impl McpServerConfig {
     pub fn check(&self, name: &str) -> Result<(), String> {
         if !valid_name(name) {
             return Err(format!(
-                "mcp_servers.{name}: a server name is 1 to 64 letters, digits, `_` or `-` (it \
-                 becomes part of its tools' names, mcp__{name}__TOOL)"
+                "mcp_servers.{name}: a server name is 1 to 64 letters, digits, `_` or `-`, with \
+                 no `__` and no `_` at either end (it becomes part of its tools' names, \
+                 mcp__{name}__TOOL, and rules like mcp__{name}__* must name only its tools)"
             ));
         }
         let key = format!("mcp_servers.{name}");
@@ -201,11 +203,17 @@ impl McpServerConfig {
     }
 }
 
+/// A server name that keeps rules per server: `mcp__NAME__*` must not also match another
+/// server's tools, so no `__` inside and no `_` at either end (`x_`'s tools would start
+/// `mcp__x___`, which `mcp__x__*` matches).
 fn valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !name.contains("__")
+        && !name.starts_with('_')
+        && !name.ends_with('_')
 }
 
 fn valid_env_name(name: &str) -> bool {
@@ -308,6 +316,11 @@ enabled = false
                 "[mcp_servers.\"a b\"]\ncommand = \"x\"\n",
                 "a server name is 1 to 64",
             ),
+            (
+                "[mcp_servers.x_]\ncommand = \"x\"\n",
+                "no `_` at either end",
+            ),
+            ("[mcp_servers.x__y]\ncommand = \"x\"\n", "no `__`"),
             (
                 "[mcp_servers.a]\ncommand = \"x\"\ncomand = \"y\"\n",
                 "unknown field",

@@ -34,6 +34,8 @@ pub const HARD_CALL_CAP: Duration = Duration::from_secs(30 * 60);
 pub const MAX_PAGES: usize = 100;
 /// Most tools one server may list.
 pub const MAX_TOOLS: usize = 2000;
+/// Most bytes (as JSON) one server's tool list may take.
+pub const MAX_LIST_BYTES: usize = 16 * 1024 * 1024;
 
 /// How much of a failed server's stderr a status line quotes.
 const STDERR_QUOTE: usize = 2000;
@@ -269,8 +271,8 @@ impl Connection {
     }
 
     /// Every tool the server lists, following `nextCursor` to the end — within `timeout` in
-    /// all, [`MAX_PAGES`] pages and [`MAX_TOOLS`] tools, so a server that never stops paging
-    /// cannot grow anvil's memory without bound.
+    /// all, [`MAX_PAGES`] pages, [`MAX_TOOLS`] tools and [`MAX_LIST_BYTES`], so a server that
+    /// never stops paging, or pages huge tools, cannot grow anvil's memory without bound.
     pub async fn list_tools(&self, timeout: Duration) -> Result<Vec<rmcp::model::Tool>, String> {
         self.listings
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -278,6 +280,7 @@ impl Connection {
             let mut tools = Vec::new();
             let mut cursor: Option<String> = None;
             let mut seen = std::collections::HashSet::new();
+            let mut bytes = 0usize;
             for _ in 0..MAX_PAGES {
                 let params = cursor
                     .clone()
@@ -287,6 +290,13 @@ impl Connection {
                     .list_tools(params)
                     .await
                     .map_err(|e| format!("tools/list failed: {e}"))?;
+                bytes += serde_json::to_string(&page.tools).map_or(0, |t| t.len());
+                if bytes > MAX_LIST_BYTES {
+                    return Err(format!(
+                        "the server's tool list is over {} MiB; refused",
+                        MAX_LIST_BYTES / (1024 * 1024)
+                    ));
+                }
                 tools.extend(page.tools);
                 if tools.len() > MAX_TOOLS {
                     return Err(format!(

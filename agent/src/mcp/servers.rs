@@ -308,6 +308,11 @@ impl McpServers {
                     "the server listed this tool twice; the first is used");
                 continue;
             }
+            if self.options.redactor.redact(&remote.name) != remote.name {
+                tracing::warn!(target: "anvil::mcp", server = %name,
+                    "a tool's name holds a known secret; the tool is not offered");
+                continue;
+            }
             let exposed = exposed_name(name, &remote.name);
             if let Some(other) = state.by_name.get(&exposed)
                 && other.server != name

@@ -1048,6 +1048,11 @@ async fn secrets_in_a_tools_description_and_schema_are_redacted_before_the_model
     assert!(specs.contains("mcp__h__leak"), "{specs}");
     assert!(!specs.contains("svc-0123456789abcdef"), "{specs}");
     assert!(specs.contains("[REDACTED:SERVICE_TOKEN]"), "{specs}");
+    assert_eq!(
+        status(&servers, "h"),
+        ServerStatus::Connected { tools: 1 },
+        "the tool named after the secret is not offered"
+    );
     servers.shutdown(Duration::from_secs(1)).await;
 }
 

@@ -51,7 +51,13 @@ fn ask(request: &ApprovalRequest, style: Style) -> Answer {
             call_line(&request.tool, &request.args)
         ))
     );
-    eprintln!("{}", style.dim(&format!("  {}", request.reason)));
+    eprintln!(
+        "{}",
+        style.dim(&format!(
+            "  {}",
+            crate::cli::render::printable(&request.reason)
+        ))
+    );
     // Whatever keeps an answer from being read declines the call, and says so on screen.
     let declined = |e: ReadlineError| {
         eprintln!(

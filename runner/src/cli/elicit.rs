@@ -8,7 +8,7 @@ use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
 use serde_json::Value;
 
-use crate::cli::render::{Screen, Style};
+use crate::cli::render::{Screen, Style, printable, visible};
 
 pub struct InteractiveElicitor {
     style: Style,
@@ -42,7 +42,8 @@ fn ask(request: &Elicitation, style: Style) -> ElicitAnswer {
         "{}",
         style.yellow(&format!(
             "⏵ MCP server '{}' asks: {}",
-            request.server, request.message
+            request.server,
+            printable(&request.message)
         ))
     );
     let Ok(mut editor) = DefaultEditor::new() else {
@@ -75,7 +76,7 @@ fn ask(request: &Elicitation, style: Style) -> ElicitAnswer {
             .and_then(Value::as_str)
             .unwrap_or(name);
         loop {
-            match editor.readline(&format!("  {label}{hint} › ")) {
+            match editor.readline(&visible(&format!("  {label}{hint} › "))) {
                 Ok(line) if line.trim().is_empty() => break,
                 Ok(line) => match parse(line.trim(), kind) {
                     Some(v) => {

@@ -21,6 +21,7 @@ use anvil_llm::mcp_config::{McpServerConfig, McpSettings};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
+use crate::cli::render::{printable, visible};
 use crate::exit;
 
 /// How long stopping all servers may take, in total.
@@ -94,7 +95,7 @@ fn start_in(
             } else {
                 std::env::var_os("HOME")
                     .map(std::path::PathBuf::from)
-                    .filter(|h| h.is_dir())
+                    .filter(|h| h.is_absolute() && h.is_dir())
                     .unwrap_or_else(|| std::path::PathBuf::from("/"))
             },
             env: ChildEnv::default().vars(),
@@ -170,7 +171,7 @@ pub fn status_lines(servers: &McpServers) -> Vec<String> {
     let width = statuses.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     let mut lines: Vec<String> = statuses
         .iter()
-        .map(|(name, status)| format!("{name:<width$}  {status}"))
+        .map(|(name, status)| visible(&format!("{name:<width$}  {status}")))
         .collect();
     if servers.deferring() {
         lines.push(format!(
@@ -252,7 +253,10 @@ pub fn list(cwd: &Path) -> i32 {
                 ServerStatus::Disabled => ("disabled", String::new()),
                 ServerStatus::Starting => ("starting", String::new()),
             };
-            println!("{name:<width$}  {state:<9}  {detail}");
+            println!(
+                "{}",
+                visible(&format!("{name:<width$}  {state:<9}  {detail}"))
+            );
         }
         servers.shutdown(SHUTDOWN_GRACE).await;
         if statuses
@@ -364,7 +368,7 @@ async fn call_one(tool: &dyn Tool, args: Value, cwd: &Path, redactor: &Redactor)
     ctrl_c.abort();
     match result {
         Ok(out) => {
-            println!("{}", redactor.redact(&out.text));
+            println!("{}", printable(&redactor.redact(&out.text)));
             exit::DONE
         }
         Err(ToolError::Cancelled) => {
@@ -372,7 +376,7 @@ async fn call_one(tool: &dyn Tool, args: Value, cwd: &Path, redactor: &Redactor)
             exit::CANCELLED
         }
         Err(e) => {
-            eprintln!("anvil: {}", redactor.redact(&e.to_string()));
+            eprintln!("anvil: {}", printable(&redactor.redact(&e.to_string())));
             exit::FAILED
         }
     }

@@ -64,8 +64,21 @@ pub fn call_line(name: &str, args: &Value) -> String {
         None => args.to_string(),
     };
     let one_line = format!("{name}({})", inner.replace(['\n', '\r'], " "));
-    ellipsize(&one_line, CALL_LINE_CHARS).into_owned()
+    ellipsize(&visible(&one_line), CALL_LINE_CHARS).into_owned()
 }
+
+/// `s` safe to print to a terminal, its lines kept: model text, tool output and server
+/// messages may carry escape sequences (OSC 52 clipboard writes, screen clears, cursor moves)
+/// that would act on the terminal or redraw a prompt; each control character shows as an
+/// escape instead ([`visible`] per line; tabs and newlines kept).
+pub fn printable(s: &str) -> String {
+    s.split('\n')
+        .map(|line| line.split('\t').map(visible).collect::<Vec<_>>().join("\t"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+pub use crate::cli::sessions::visible;
 
 /// The line after each interactive turn: tokens, steps, and the cost when every response's
 /// was known (`None`: no response had a price, so nothing is said; never `$0`).
@@ -177,11 +190,11 @@ impl<W: Write> Renderer<W> {
         match event {
             AgentEvent::StepStarted { .. } => self.steps += 1,
             AgentEvent::TextDelta { text } => {
-                let _ = write!(out, "{text}");
+                let _ = write!(out, "{}", printable(&text));
                 self.at_line_start = text.ends_with('\n');
             }
             AgentEvent::ReasoningDelta { text } => {
-                let _ = write!(out, "{}", style.dim(&text));
+                let _ = write!(out, "{}", style.dim(&printable(&text)));
                 self.at_line_start = text.ends_with('\n');
             }
             AgentEvent::ToolCallStarted { name, args, .. } => {
@@ -198,7 +211,7 @@ impl<W: Write> Renderer<W> {
                 let lines: Vec<&str> = preview.lines().take(PREVIEW_LINES).collect();
                 for (i, line) in lines.iter().enumerate() {
                     let prefix = if i == 0 { "  ⎿ " } else { "    " };
-                    let text = format!("{prefix}{}", ellipsize(line, 120));
+                    let text = format!("{prefix}{}", ellipsize(&printable(line), 120));
                     let _ = writeln!(out, "{}", if is_error { style.red(&text) } else { text });
                 }
                 if preview.lines().count() > PREVIEW_LINES {
@@ -216,7 +229,7 @@ impl<W: Write> Renderer<W> {
                     _ => format!("  … {progress}"),
                 };
                 if let Some(m) = message {
-                    note.push_str(&format!(" {}", ellipsize(&m, 100)));
+                    note.push_str(&format!(" {}", ellipsize(&visible(&m), 100)));
                 }
                 let _ = writeln!(out, "{}", style.dim(&note));
             }
@@ -247,7 +260,11 @@ impl<W: Write> Renderer<W> {
             }
             AgentEvent::StepFailed { error, .. } => {
                 self.line_break();
-                let _ = writeln!(self.out, "{}", style.red(&format!("error: {error}")));
+                let _ = writeln!(
+                    self.out,
+                    "{}",
+                    style.red(&format!("error: {}", printable(&error)))
+                );
             }
             AgentEvent::TurnFinished { outcome } => {
                 self.line_break();
@@ -334,6 +351,20 @@ async fn render<W: Write>(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn what_tools_servers_and_models_wrote_cannot_act_on_the_terminal() {
+        let hostile = "ok\x1b]52;c;Y3VybCBldmls\x07\x1b[2J\x1b[1A\rline\u{202e}two\nnext\x08";
+        let shown = printable(hostile);
+        assert!(
+            !shown.chars().any(|c| c.is_control() && c != '\n'),
+            "{shown:?}"
+        );
+        assert!(shown.contains("\\x1b]52;c;"), "{shown}");
+        assert_eq!(shown.lines().count(), 2, "newlines kept");
+        let line = call_line("mcp__ev__danger", &json!({"q": "\x1b]0;PWN\x07\x1b[2J"}));
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+    }
 
     #[test]
     fn call_lines_are_one_short_line() {

@@ -105,7 +105,7 @@ pub(crate) fn prompt_label(prompt: &str) -> String {
 /// overrides show as escapes (`\x1b`, `\u{202e}`) instead of acting on the terminal — a
 /// session holds untrusted model text and tool output, which may carry OSC 52 clipboard
 /// writes, screen clears or text that reads differently than it is.
-pub(crate) fn visible(s: &str) -> String {
+pub fn visible(s: &str) -> String {
     let mut shown = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
