@@ -113,14 +113,23 @@ impl Capabilities {
 /// The text sent in place of an image to a target that cannot take images: what it was (type
 /// and size), so the model knows something is there.
 pub fn image_omitted(media_type: &str, data: &str) -> String {
+    let size = size_label(base64_decoded_len(data));
+    format!("[image omitted: {media_type}, {size}; this model does not accept images]")
+}
+
+/// How many bytes base64 `data` decodes to (from its length and padding; not validated).
+pub fn base64_decoded_len(data: &str) -> usize {
     let padding = data.bytes().rev().take_while(|&b| b == b'=').count();
-    let bytes = (data.len() / 4 * 3).saturating_sub(padding);
-    let size = if bytes >= 1024 * 1024 {
+    (data.len() / 4 * 3).saturating_sub(padding)
+}
+
+/// A size for people: `512 bytes`, `34 KB`, `2.1 MB`.
+pub fn size_label(bytes: usize) -> String {
+    if bytes >= 1024 * 1024 {
         format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
     } else if bytes >= 1024 {
         format!("{} KB", bytes / 1024)
     } else {
         format!("{bytes} bytes")
-    };
-    format!("[image omitted: {media_type}, {size}; this model does not accept images]")
+    }
 }

@@ -11,6 +11,7 @@
 //!   structured value is the text;
 //! - `isError: true` is a tool error carrying the same text.
 
+use anvil_llm::capability::{base64_decoded_len, size_label};
 use serde_json::Value;
 
 use crate::tool::{ToolError, ToolImage, ToolOutput};
@@ -37,21 +38,21 @@ pub fn convert(
             "image" => {
                 let mime = str_field(item, "mimeType");
                 let data = str_field(item, "data");
-                let bytes = decoded_len(data);
+                let bytes = base64_decoded_len(data);
                 if !mime.starts_with("image/") || !plausible_base64(data) {
                     parts.push(format!(
                         "[image that could not be shown: type {}, {}]",
                         or_unknown(mime),
-                        size(bytes)
+                        size_label(bytes)
                     ));
                 } else if bytes > MAX_IMAGE_BYTES {
                     parts.push(format!(
                         "[image not shown: {mime}, {}, over the {} limit]",
-                        size(bytes),
-                        size(MAX_IMAGE_BYTES)
+                        size_label(bytes),
+                        size_label(MAX_IMAGE_BYTES)
                     ));
                 } else {
-                    parts.push(format!("[image: {mime}, {}, attached]", size(bytes)));
+                    parts.push(format!("[image: {mime}, {}, attached]", size_label(bytes)));
                     images.push(ToolImage {
                         media_type: mime.to_string(),
                         data: data.to_string(),
@@ -61,7 +62,7 @@ pub fn convert(
             "audio" => parts.push(format!(
                 "[audio not supported: {}, {}]",
                 or_unknown(str_field(item, "mimeType")),
-                size(decoded_len(str_field(item, "data")))
+                size_label(base64_decoded_len(str_field(item, "data")))
             )),
             "resource_link" => {
                 let mut line = format!(
@@ -85,7 +86,7 @@ pub fn convert(
                     parts.push(format!(
                         "[binary resource not supported: {uri}, {}, {}]",
                         or_unknown(mime),
-                        size(decoded_len(str_field(resource, "blob")))
+                        size_label(base64_decoded_len(str_field(resource, "blob")))
                     ));
                 }
             }
@@ -147,27 +148,11 @@ fn or_unknown(s: &str) -> &str {
     if s.is_empty() { "unknown" } else { s }
 }
 
-fn decoded_len(b64: &str) -> usize {
-    let padding = b64.bytes().rev().take_while(|&b| b == b'=').count();
-    (b64.len() / 4 * 3).saturating_sub(padding)
-}
-
 fn plausible_base64(s: &str) -> bool {
     !s.is_empty()
         && s.len().is_multiple_of(4)
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'=')
-}
-
-/// `34 KB`, `2.1 MB`.
-pub fn size(bytes: usize) -> String {
-    if bytes >= 1024 * 1024 {
-        format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
-    } else if bytes >= 1024 {
-        format!("{} KB", bytes / 1024)
-    } else {
-        format!("{bytes} bytes")
-    }
 }
 
 #[cfg(test)]
