@@ -210,6 +210,27 @@ fn runtime() -> Result<tokio::runtime::Runtime, i32> {
         })
 }
 
+/// `anvil mcp …`'s servers: `configs` started (outside any session, so their tools go into no
+/// registry) and waited for; with the redactor their output goes through.
+async fn started(
+    configs: &BTreeMap<String, McpServerConfig>,
+    settings: McpSettings,
+    cwd: &Path,
+    elicitor: Arc<dyn Elicitor>,
+) -> Option<(Arc<McpServers>, Arc<Redactor>)> {
+    let redactor = Arc::new(Redactor::from_env());
+    let servers = start(
+        configs,
+        settings,
+        cwd,
+        &redactor,
+        elicitor,
+        &mut ToolRegistry::new(),
+    )?;
+    servers.wait_started().await;
+    Some((servers, redactor))
+}
+
 /// `anvil mcp list`: starts every configured server, prints one line per server when all have
 /// connected or failed, and exits (1 if any failed).
 pub fn list(cwd: &Path) -> i32 {
@@ -230,19 +251,9 @@ pub fn list(cwd: &Path) -> i32 {
         return exit::FAILED;
     };
     rt.block_on(async {
-        let mut tools = ToolRegistry::new();
-        let redactor = Arc::new(Redactor::from_env());
-        let Some(servers) = start(
-            &configs,
-            settings,
-            cwd,
-            &redactor,
-            Arc::new(Decline),
-            &mut tools,
-        ) else {
+        let Some((servers, _)) = started(&configs, settings, cwd, Arc::new(Decline)).await else {
             return exit::DONE;
         };
-        servers.wait_started().await;
         let statuses = servers.statuses();
         let width = statuses.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
         for (name, status) in &statuses {
@@ -315,20 +326,12 @@ pub fn call(cwd: &Path, server: &str, tool: &str, args: &str) -> i32 {
         return exit::FAILED;
     };
     rt.block_on(async {
-        let mut tools = ToolRegistry::new();
-        let redactor = Arc::new(Redactor::from_env());
         let one = BTreeMap::from([(server.to_string(), config)]);
-        let Some(servers) = start(
-            &one,
-            McpSettings::default(),
-            cwd,
-            &redactor,
-            Arc::new(Decline),
-            &mut tools,
-        ) else {
+        let Some((servers, redactor)) =
+            started(&one, McpSettings::default(), cwd, Arc::new(Decline)).await
+        else {
             return exit::FAILED;
         };
-        servers.wait_started().await;
         let code = match servers.statuses().first() {
             Some((_, ServerStatus::Connected { .. })) => match servers.tool(server, tool) {
                 Some(t) => call_one(t.as_ref(), args, cwd, &redactor).await,
@@ -399,20 +402,12 @@ pub fn conformance(url: &str) -> i32 {
             tool_timeout_secs: Some(20),
             ..Default::default()
         };
-        let mut tools = ToolRegistry::new();
-        let redactor = Arc::new(Redactor::from_env());
         let one = BTreeMap::from([("conformance".to_string(), config)]);
-        let Some(servers) = start(
-            &one,
-            McpSettings::default(),
-            &cwd,
-            &redactor,
-            Arc::new(AcceptDefaults),
-            &mut tools,
-        ) else {
+        let Some((servers, _)) =
+            started(&one, McpSettings::default(), &cwd, Arc::new(AcceptDefaults)).await
+        else {
             return exit::FAILED;
         };
-        servers.wait_started().await;
         let mut code = exit::DONE;
         match servers.statuses().first() {
             Some((_, ServerStatus::Connected { .. })) => {
