@@ -132,6 +132,8 @@ pub struct PromptBuilder {
     pub cwd: PathBuf,
     pub platform: String,
     pub instructions: Vec<Instructions>,
+    /// Text appended after everything else (`anvil --append-system-prompt`).
+    pub append: Option<String>,
 }
 
 impl PromptBuilder {
@@ -143,6 +145,7 @@ impl PromptBuilder {
             cwd: cwd.to_path_buf(),
             platform: std::env::consts::OS.to_string(),
             instructions: discover_instructions(cwd, global.as_deref()),
+            append: None,
         }
     }
 
@@ -170,6 +173,11 @@ impl PromptBuilder {
                 out.push_str(i.content.trim_end());
                 out.push('\n');
             }
+        }
+        if let Some(text) = self.append.as_deref().filter(|t| !t.trim().is_empty()) {
+            out.push('\n');
+            out.push_str(text.trim_end());
+            out.push('\n');
         }
         out
     }
@@ -212,6 +220,7 @@ mod tests {
         std::fs::write(&global, "Prefer small commits.\n").unwrap();
         let cwd = root.join("crates/core/src");
         let builder = PromptBuilder {
+            append: None,
             base: BASE_INSTRUCTIONS.to_string(),
             cwd: cwd.clone(),
             platform: "linux".into(),

@@ -21,6 +21,8 @@ pub enum RegistryError {
     InvalidName(String),
     #[error("a tool named '{0}' is already registered")]
     Duplicate(String),
+    #[error("there is no built-in tool named '{name}' (there are: {known})")]
+    Unknown { name: String, known: String },
 }
 
 /// One call's outcome for the transcript: its result block, and the images the tool returned
@@ -114,6 +116,19 @@ impl ToolRegistry {
     /// tool has is never offered or dispatched (the native one wins).
     pub fn add_source(&mut self, source: Arc<dyn ToolSource>) {
         self.sources.push(source);
+    }
+
+    /// Keeps only the registered tools named in `names` (tools from sources are not
+    /// affected). A name that is not registered is an error naming the tools there are.
+    pub fn retain(&mut self, names: &[String]) -> Result<(), RegistryError> {
+        if let Some(unknown) = names.iter().find(|n| !self.tools.contains_key(n.as_str())) {
+            return Err(RegistryError::Unknown {
+                name: unknown.clone(),
+                known: self.tools.keys().cloned().collect::<Vec<_>>().join(", "),
+            });
+        }
+        self.tools.retain(|name, _| names.contains(name));
+        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {

@@ -76,15 +76,27 @@ pub fn bundle(
     for (i, line) in records.iter().enumerate() {
         let mut record = TrialRecord::parse(line, sweep, i + 1).map_err(|e| anyhow!("{e}"))?;
         if let Some(named) = record.session_path.clone() {
+            let variant = record.variant.as_deref();
             let who = format!(
-                "{}/{}/{}#{} (attempt {})",
-                record.sweep, record.task, record.model, record.trial, record.attempt
+                "{}/{}/{}{}#{} (attempt {})",
+                record.sweep,
+                record.task,
+                record.model,
+                variant.map(|v| format!("/{v}")).unwrap_or_default(),
+                record.trial,
+                record.attempt
             );
             // The attempts a record's transcript can be: a lost worker's trial is recorded
             // under the attempt after the one that ran.
             let attempt = (1..=record.attempt.max(1)).rev().find(|&a| {
-                transcripts::transcript(artifacts, &record.task, &record.model, record.trial, a)
-                    == Path::new(&named)
+                transcripts::transcript(
+                    artifacts,
+                    &record.task,
+                    &record.model,
+                    variant,
+                    record.trial,
+                    a,
+                ) == Path::new(&named)
             });
             let placed = match attempt {
                 None => Err(format!(
@@ -97,12 +109,14 @@ pub fn bundle(
                         artifacts,
                         &record.task,
                         &record.model,
+                        variant,
                         record.trial,
                         a,
                     ),
                     &sweep_dir,
                     &record.task,
                     &record.model,
+                    variant,
                     &transcripts::file_name(record.trial, a),
                 ),
             };
@@ -179,10 +193,15 @@ fn place(
     sweep_dir: &Path,
     task: &str,
     model: &str,
+    variant: Option<&str>,
     name: &str,
 ) -> Result<Placed, String> {
     let task_dir = sweep_dir.join(transcripts::component(task));
-    let model_dir = task_dir.join(transcripts::component(model));
+    let arm_dir = task_dir.join(transcripts::component(model));
+    let model_dir = match variant {
+        Some(v) => arm_dir.join(transcripts::component(v)),
+        None => arm_dir.clone(),
+    };
     let target = model_dir.join(name);
     let bytes = match read_regular(source) {
         Ok(bytes) => Some(bytes),
@@ -190,7 +209,10 @@ fn place(
         Err(e) => return Err(format!("{}: {e}", source.display())),
     };
     real_dir(&task_dir)?;
-    real_dir(&model_dir)?;
+    real_dir(&arm_dir)?;
+    if variant.is_some() {
+        real_dir(&model_dir)?;
+    }
     let existing = match read_regular(&target) {
         Ok(there) => Some(there),
         Err(e) if e.kind() == ErrorKind::NotFound => None,

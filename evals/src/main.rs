@@ -22,7 +22,9 @@ macro_rules! out_raw {
     }};
 }
 
+mod baseline;
 mod bundle;
+mod history;
 mod sweeps;
 mod workspaces;
 
@@ -30,8 +32,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anvil_grader::{GradeOptions, Task, Verdict, find_tasks, grade};
+use anvil_report::gate::{self, Gate};
 use anvil_report::render;
-use anvil_report::{ReadOptions, Trials, report};
+use anvil_report::{ReadOptions, Trials};
 use anvil_runner::jobs::validate::validate;
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -44,11 +47,19 @@ Examples:
   anvil-evals export --sweep sweep-20261130-120000-ab12 -o results.jsonl
   anvil-evals export --sweep sweep-20261130-120000-ab12 --with-sessions bundle/   # + transcripts
   anvil-evals report --sweep sweep-20261130-120000-ab12 --baseline last-week.jsonl
+  anvil-evals report --sweep nightly-2026-12-03 --baseline 'last:nightly-*'   # the newest finished other one
+  anvil-evals report --sweep nightly-2026-12-03 --baseline nightly-2026-11-26 # a sweep in the queue
+  anvil-evals sweeps                          # every sweep, newest first: shape, state, pass@1, cost
+  anvil-evals sweeps --json --limit 30
+  anvil-evals trend 'nightly-*'               # pass@1 per model across the nightly sweeps, oldest first
+  anvil-evals trend 'nightly-*' --metric pass^3 --format html -o trend.html
   anvil-evals validate --tasks 'evals/tasks/*'
   anvil-evals grade --task evals/tasks/py-fix-median --workspace /tmp/trial-3/workspace --json
   anvil-evals report results.jsonl -k 1,3,5
   anvil-evals report results.jsonl --baseline last-week.jsonl --format html -o report.html
   anvil-evals report bundle/sweep-20261130-120000-ab12/records.jsonl --format html -o bundle/sweep-20261130-120000-ab12/report.html
+  anvil-evals report results.jsonl --baseline main.jsonl --fail-on regression --fail-on 'pass@1<0.6' --format markdown >> \"$GITHUB_STEP_SUMMARY\"
+  anvil-evals report results.jsonl --format junit -o junit.xml --junit-threshold 0.6
   anvil-evals workspaces list --workspaces /dev/shm/anvil-trials    # kept by --keep-workspaces
 
 The queue defaults to a SQLite file (anvil.db in the data dir); give --queue postgres://… to
@@ -57,9 +68,15 @@ share it between machines. Migrations run automatically.
 Exit codes: run: 0 every trial completed, 1 some trial could not be completed (infra error or
 cancelled), 130 interrupted (resume with --sweep); grade: 0 pass, 1 fail (failed, check
 timeout or tampered), 3 grader error;
-validate: 0 all tasks sound, 1 otherwise; report, worker, status, export, cancel, workspaces: 0; any
-command: 2 bad input (a task, a model, a file, a line or a queue that cannot be used: status,
-export, cancel and report --sweep never create a missing queue database; run and worker stop
+validate: 0 all tasks sound, 1 otherwise; report: 0, or 4 when a --fail-on gate fails (a
+significant regression, a metric below its floor: the report is still written, then each failing
+model and metric is named on stderr with by how much); worker, status, export, cancel,
+workspaces, sweeps, trend: 0; any command: 2 bad input (a task, a model, a file, a line or a
+queue that cannot be used; for report also a gate on a metric it does not compute, `regression`
+with no baseline to compare against, --junit-threshold outside 0 to 1, a --baseline that is no
+file, no finished sweep matching last:PATTERN and no sweep id: then nothing is written; for
+trend a pattern matching no sweep or an unknown --metric. Status, export, cancel, sweeps, trend
+and report --sweep or --baseline never create a missing queue database; run and worker stop
 within seconds when theirs is deleted or made read-only under them).";
 
 #[derive(Debug, Parser)]
@@ -74,6 +91,20 @@ enum Format {
     Table,
     Json,
     Html,
+    /// GitHub-flavoured Markdown, for a CI job summary.
+    Markdown,
+    /// JUnit XML: one test case per task and model.
+    Junit,
+}
+
+/// `--junit-threshold`: a pass rate, 0 to 1.
+fn junit_threshold(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "--junit-threshold must be a pass rate from 0 to 1 (such as 0.5), not {s:?}"
+        )),
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -112,6 +143,22 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         with_sessions: Option<PathBuf>,
     },
+    /// Every sweep in the queue, newest first: its shape, state, headline pass@1 per model
+    /// (and variant) and cost.
+    Sweeps {
+        /// The queue (default: anvil.db in the data dir).
+        #[arg(long)]
+        queue: Option<String>,
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Only the newest N sweeps.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// A metric across the sweeps whose ids match a glob, oldest first: per model (and
+    /// variant) its mean over tasks with a 95% interval, as a table, JSON or an HTML chart.
+    Trend(history::TrendArgs),
     /// Cancel a sweep: queued trials are skipped, running ones killed.
     Cancel {
         #[arg(long)]
@@ -159,12 +206,14 @@ enum Command {
         /// Read the results of this sweep from the queue database.
         #[arg(long)]
         sweep: Option<String>,
-        /// The queue holding --sweep (default: anvil.db in the data dir).
-        #[arg(long, requires = "sweep")]
-        queue: Option<String>,
-        /// Compare against these earlier results, paired by task.
+        /// The queue holding --sweep and a --baseline sweep (default: anvil.db in the data dir).
         #[arg(long)]
-        baseline: Option<PathBuf>,
+        queue: Option<String>,
+        /// Compare against earlier results, paired by task: a results file; `last:PATTERN`,
+        /// the newest finished sweep in the queue whose id matches the glob (never the --sweep
+        /// reported; which one is said on stderr); or a sweep id in the queue.
+        #[arg(long, value_name = "FILE|last:PATTERN|SWEEP")]
+        baseline: Option<String>,
         /// The k of pass@k and pass^k (pass@1 is always shown).
         #[arg(short = 'k', long = "k", value_delimiter = ',', default_values_t = vec![1u32, 3, 5], value_parser = clap::value_parser!(u32).range(1..))]
         k: Vec<u32>,
@@ -174,6 +223,19 @@ enum Command {
         /// to a file links the transcripts relative to it.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Exit 4 (after writing the report) when this gate fails: `regression` (any model's
+        /// metric significantly worse than the baseline's), or a floor METRIC<MIN such as
+        /// 'pass@1<0.6' or 'pass^3<40%' (any model's metric below MIN). Repeatable.
+        #[arg(long, value_name = "GATE")]
+        fail_on: Vec<Gate>,
+        /// With --format junit: a task × model case fails when its pass rate (passed / graded)
+        /// is below this (0 to 1) [default: 0.5].
+        #[arg(long, value_name = "RATE", value_parser = junit_threshold)]
+        junit_threshold: Option<f64>,
+        /// Compare each model's variants against this one (default: `control` if there is
+        /// one, else the first by name).
+        #[arg(long, value_name = "VARIANT")]
+        reference_variant: Option<String>,
     },
 }
 
@@ -222,6 +284,10 @@ fn main() -> ExitCode {
             output.as_deref(),
             with_sessions.as_deref(),
         ))),
+        Command::Sweeps { queue, json, limit } => {
+            sweep_command(rt.block_on(history::sweeps(queue.as_deref(), json, limit)))
+        }
+        Command::Trend(args) => sweep_command(rt.block_on(history::trend(args))),
         Command::Cancel { queue, sweep } => {
             sweep_command(rt.block_on(sweeps::cancel(queue.as_deref(), &sweep)))
         }
@@ -365,10 +431,23 @@ fn main() -> ExitCode {
             k,
             format,
             output,
+            fail_on,
+            junit_threshold,
+            reference_variant,
         } => {
+            // Bad input is refused before anything is read.
+            if junit_threshold.is_some() && !matches!(format, Format::Junit) {
+                eprintln!("anvil-evals: --junit-threshold applies to --format junit only");
+                return ExitCode::from(2);
+            }
             // Only the HTML links transcripts: other formats do not keep their paths.
             let options = ReadOptions {
                 transcripts: matches!(format, Format::Html),
+            };
+            let source = match (&results, &sweep) {
+                (Some(results), _) => results.display().to_string(),
+                (None, Some(sweep)) => format!("sweep {sweep}"),
+                (None, None) => String::new(),
             };
             let current = match (results, sweep) {
                 (Some(results), _) => read_trials(&results, options),
@@ -388,20 +467,58 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
+            // Never the reported trials' own sweeps as the baseline.
+            let reported: Vec<String> = current.sweep_ids().map(str::to_string).collect();
             let base = match baseline
                 .as_deref()
-                .map(|b| read_trials(b, ReadOptions::default()))
+                .map(|b| rt.block_on(baseline::read(b, queue.as_deref(), &reported)))
                 .transpose()
             {
                 Ok(b) => b,
                 Err(e) => {
-                    eprintln!("anvil-evals: baseline: {e}");
+                    eprintln!("anvil-evals: {e:#}");
                     return ExitCode::from(2);
                 }
             };
-            let r = report(&current, &k, base.as_ref());
-            // The table shows its notes; a JSON or HTML reader may not look for them.
-            if !matches!(format, Format::Table) {
+            let r = anvil_report::report_with(
+                &current,
+                &k,
+                anvil_report::ReportOptions {
+                    baseline: base.as_ref().map(|b| &b.trials),
+                    reference_variant: reference_variant.as_deref(),
+                },
+            );
+            if let Some(name) = &reference_variant
+                && !r.models.iter().any(|m| m.variant.as_deref() == Some(name))
+            {
+                let mut known: Vec<&str> = r
+                    .models
+                    .iter()
+                    .filter_map(|m| m.variant.as_deref())
+                    .collect();
+                known.sort_unstable();
+                known.dedup();
+                eprintln!(
+                    "anvil-evals: --reference-variant {name}: no trial ran it (variants: {})",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                );
+                return ExitCode::from(2);
+            }
+            // A gate that cannot be evaluated is bad input: nothing is written.
+            let failures = match gate::failures(&r, &fail_on) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("anvil-evals: --fail-on: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            // The table and the Markdown show their notes; a JSON, HTML or JUnit reader may
+            // not look for them.
+            if !matches!(format, Format::Table | Format::Markdown) {
                 for note in &r.notes {
                     eprintln!("anvil-evals: note: {note}");
                 }
@@ -418,6 +535,15 @@ fn main() -> ExitCode {
                 Format::Table => render::table(&r),
                 Format::Json => render::json(&r),
                 Format::Html => render::html_at(&r, out_dir.as_deref()),
+                Format::Markdown => {
+                    let baseline = base.as_ref().map(|b| b.label.clone());
+                    render::markdown(&r, &source, baseline.as_deref())
+                }
+                Format::Junit => render::junit(
+                    &r,
+                    &current,
+                    junit_threshold.unwrap_or(render::JUNIT_DEFAULT_THRESHOLD),
+                ),
             };
             if !text.ends_with('\n') {
                 text.push('\n');
@@ -431,7 +557,13 @@ fn main() -> ExitCode {
                 }
                 None => out_raw!("{text}"),
             }
-            ExitCode::SUCCESS
+            if failures.is_empty() {
+                return ExitCode::SUCCESS;
+            }
+            for f in &failures {
+                eprintln!("anvil-evals: gate failed: {f}");
+            }
+            ExitCode::from(4)
         }
     }
 }

@@ -11,7 +11,8 @@ use anvil_grader::GradeOptions;
 use anvil_runner::jobs::queue::{
     CHECK_TIMEOUT, Counts, Db, DbWatch, QueueLocation, TrialState, now_ms,
 };
-use anvil_runner::jobs::sweep::{self, SweepSpec};
+use anvil_runner::jobs::sweep::{self, SweepSpec, TaskSelection};
+use anvil_runner::jobs::sweep_file::SweepFile;
 use anvil_runner::jobs::trial::{AgentTrials, TrialOptions};
 use anvil_runner::jobs::worker::{self, WorkerOptions};
 use anvil_runner::jobs::{private_dir, transcripts};
@@ -21,9 +22,9 @@ use tokio_util::sync::CancellationToken;
 /// How workers run on this machine (shared by `run` and `worker`).
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// Trials run at once by this process.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
-    pub concurrency: u32,
+    /// Trials run at once by this process [default: 1, or the sweep file's].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub concurrency: Option<u32>,
     /// Keep each trial's workspace (its path is recorded as the record's workspace_path) until
     /// you remove it: see `anvil-evals workspaces`.
     #[arg(long)]
@@ -74,7 +75,7 @@ fn non_negative_secs(value: f64, flag: &str) -> Result<Duration> {
 impl WorkerArgs {
     fn worker_options(&self) -> Result<WorkerOptions> {
         Ok(WorkerOptions {
-            concurrency: self.concurrency as usize,
+            concurrency: self.concurrency.unwrap_or(1) as usize,
             heartbeat: positive_secs(self.heartbeat_secs, "--heartbeat-secs")?,
             missed_heartbeats: 3,
             trial_timeout: self
@@ -205,30 +206,52 @@ fn pin_models(
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Tasks: a directory or a pattern such as 'evals/tasks/*'.
-    #[arg(long)]
-    pub tasks: String,
+    /// A sweep file (TOML: tasks, tags, models, trials, variants, caps, sweep id template,
+    /// baseline; see the README). Flags given with it override the file's settings.
+    #[arg(long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
+    /// Tasks: a directory or a pattern such as 'evals/tasks/*' or 'evals/tasks/{py,rust}-*';
+    /// repeat it for more.
+    #[arg(long, required_unless_present = "file")]
+    pub tasks: Vec<String>,
+    /// Only tasks with at least one of these tags (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub tags: Vec<String>,
     /// Model aliases from your config, comma-separated.
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "file")]
     pub models: Vec<String>,
-    /// Trials per (task, model).
-    #[arg(long, default_value_t = 3)]
-    pub trials: u32,
+    /// Trials per (task, model, variant) [default: 3].
+    #[arg(long)]
+    pub trials: Option<u32>,
     /// The queue: a SQLite file (default: anvil.db in the data dir) or a postgres:// URL.
     #[arg(long)]
     pub queue: Option<String>,
-    /// The sweep id; give an existing one to resume it (default: a new id).
+    /// The sweep id; give an existing one to resume it (default: the sweep file's template,
+    /// else a new id).
     #[arg(long)]
     pub sweep: Option<String>,
     /// Enqueue only; workers started with `anvil-evals worker` run the trials.
     #[arg(long)]
     pub detach: bool,
-    /// Attempts per trial before an infrastructure failure is final.
-    #[arg(long, default_value_t = 3)]
-    pub max_attempts: u32,
-    /// The k of pass@k / pass^k in the final report.
-    #[arg(short = 'k', long = "k", value_delimiter = ',', default_values_t = vec![1u32, 3])]
+    /// Attempts per trial before an infrastructure failure is final [default: 3].
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// The k of pass@k / pass^k in the final report [default: 1,3].
+    #[arg(short = 'k', long = "k", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     pub k: Vec<u32>,
+    /// Compare the final report against this baseline: a results file, a sweep id in the
+    /// queue, or last:PATTERN (the newest finished sweep whose id matches).
+    #[arg(long)]
+    pub baseline: Option<String>,
+    /// A hard budget in USD for each trial (a task's lower cost_cap_usd wins). Every model
+    /// needs pricing.
+    #[arg(
+        long,
+        value_name = "USD",
+        value_parser = anvil_runner::cli::args::usd,
+        allow_hyphen_values = true
+    )]
+    pub max_trial_cost_usd: Option<f64>,
     /// A hard budget in USD for the whole sweep, held in the queue across every worker: each
     /// trial reserves its task's cost_cap_usd (or an even share of the budget) before its
     /// agent runs, and runs with it as its own budget; a trial that does not fit is recorded
@@ -240,15 +263,141 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub max_cost_usd: Option<f64>,
+    /// Adaptive trials: after the first round of --trials, run more rounds (of --trials each)
+    /// only for the tasks whose 95% interval per (task, model, variant) is still wider (high −
+    /// low) than W, until it is narrower or --max-trials is reached. The report's estimates
+    /// stay unbiased under this stopping rule (see the README).
+    #[arg(long, value_name = "W")]
+    pub target_ci_width: Option<f64>,
+    /// With --target-ci-width: the most trials per (task, model, variant).
+    #[arg(long, value_name = "N")]
+    pub max_trials: Option<u32>,
     #[command(flatten)]
     pub worker: WorkerArgs,
 }
 
-pub async fn run(args: RunArgs) -> Result<ExitCode> {
+/// A sweep's settings: the command line over the sweep file over the defaults.
+struct Settings {
+    selection: TaskSelection,
+    models: Vec<String>,
+    trials: u32,
+    max_attempts: u32,
+    k: Vec<u32>,
+    max_cost_usd: Option<f64>,
+    max_trial_cost_usd: Option<f64>,
+    baseline: Option<String>,
+    sweep: Option<String>,
+    variants: Vec<anvil_runner::jobs::variant::Variant>,
+    target_ci_width: Option<f64>,
+    max_trials: Option<u32>,
+}
+
+impl Settings {
+    /// Merges `args` (and the concurrency and trial timeout into `args.worker`) over the
+    /// sweep file it names.
+    fn of(args: &mut RunArgs) -> Result<Settings> {
+        let file = match &args.file {
+            Some(path) => SweepFile::load(path)?,
+            None => SweepFile::default(),
+        };
+        let from_file = |what: &str| {
+            args.file
+                .as_ref()
+                .map(|p| format!("{what} (from {})", p.display()))
+                .unwrap_or_else(|| what.to_string())
+        };
+        let patterns = if args.tasks.is_empty() {
+            file.tasks.clone()
+        } else {
+            args.tasks.clone()
+        };
+        if patterns.is_empty() {
+            bail!(
+                "{}: no tasks: give --tasks or tasks = [...]",
+                from_file("the sweep")
+            );
+        }
+        let models: Vec<String> = if args.models.is_empty() {
+            file.models.clone()
+        } else {
+            args.models.iter().map(|m| m.trim().to_string()).collect()
+        };
+        if models.is_empty() {
+            bail!(
+                "{}: no models: give --models or models = [...]",
+                from_file("the sweep")
+            );
+        }
+        args.worker.concurrency = args.worker.concurrency.or(file.concurrency);
+        args.worker.trial_timeout_secs = args.worker.trial_timeout_secs.or(file.trial_timeout_secs);
+        let sweep = match (&args.sweep, &file.sweep) {
+            (Some(id), _) => Some(id.clone()),
+            (None, Some(template)) => Some(anvil_runner::jobs::sweep_file::sweep_id_now(template)),
+            (None, None) => None,
+        };
+        Ok(Settings {
+            selection: TaskSelection {
+                patterns,
+                tags: if args.tags.is_empty() {
+                    file.tags.clone()
+                } else {
+                    args.tags.clone()
+                },
+            },
+            models,
+            trials: args.trials.or(file.trials).unwrap_or(3),
+            max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
+            k: if !args.k.is_empty() {
+                args.k.clone()
+            } else {
+                file.k.clone().unwrap_or_else(|| vec![1, 3])
+            },
+            max_cost_usd: args.max_cost_usd.or(file.max_cost_usd),
+            max_trial_cost_usd: args.max_trial_cost_usd.or(file.max_trial_cost_usd),
+            baseline: args.baseline.clone().or(file.baseline.clone()),
+            sweep,
+            variants: file.variants,
+            target_ci_width: args.target_ci_width.or(file.target_ci_width),
+            max_trials: args.max_trials.or(file.max_trials),
+        })
+    }
+}
+
+pub async fn run(mut args: RunArgs) -> Result<ExitCode> {
     // Everything is validated before anything is enqueued.
-    let models = pin_models(&args.models, !args.detach)?;
-    let mut spec = SweepSpec::plan(&args.tasks, models, args.trials, args.max_attempts)?
-        .with_budget(args.max_cost_usd)?;
+    let settings = Settings::of(&mut args)?;
+    let models = pin_models(&settings.models, !args.detach)?;
+    // What the sweep file asked for that cannot be: the file is named.
+    let in_file = |e: anvil_runner::jobs::sweep::SweepError| match &args.file {
+        Some(path) => anyhow!("{}: {e}", path.display()),
+        None => e.into(),
+    };
+    let mut spec = SweepSpec::plan(
+        &settings.selection,
+        models,
+        settings.variants.clone(),
+        settings.trials,
+        settings.max_attempts,
+    )
+    .and_then(|s| s.with_budget(settings.max_cost_usd))
+    .and_then(|s| s.with_trial_cap(settings.max_trial_cost_usd))
+    .and_then(|s| s.with_adaptive(settings.target_ci_width, settings.max_trials))
+    .map_err(in_file)?;
+    if let Some(design) = spec.adaptive
+        && let Some(k) = settings.k.iter().find(|&&k| k > design.round)
+    {
+        bail!(
+            "-k {k}: an adaptive sweep estimates pass@k and pass^k without bias only for k up to \
+             its first round ({} trials): raise --trials or lower k",
+            design.round
+        );
+    }
+    if spec.adaptive.is_some() && args.detach {
+        bail!(
+            "adaptive trials (--target-ci-width) are decided round by round by `run`: run it \
+             without --detach (workers on other machines still take its trials)"
+        );
+    }
     let trial_options = args
         .worker
         .trial_options(&QueueLocation::from_option(args.queue.as_deref())?);
@@ -256,8 +405,34 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     if !args.detach {
         preflight(&trial_options)?;
     }
-    let (db, location) = open(args.queue.as_deref(), args.worker.concurrency + 4).await?;
-    let id = args.sweep.clone().unwrap_or_else(sweep::new_sweep_id);
+    let id = settings.sweep.clone().unwrap_or_else(sweep::new_sweep_id);
+    // The baseline is resolved before anything is enqueued: one that does not exist is bad
+    // input. `last:PATTERN` with nothing finished to match yet (the first nightly) is not.
+    let baseline = match &settings.baseline {
+        None => None,
+        Some(given) => {
+            match crate::baseline::read(given, args.queue.as_deref(), std::slice::from_ref(&id))
+                .await
+            {
+                Ok(base) => Some(base),
+                Err(e) => match given.strip_prefix("last:") {
+                    Some(pattern) => {
+                        crate::history::sweep_glob(pattern, &format!("baseline {given}"))?;
+                        eprintln!(
+                            "anvil-evals: no baseline yet, the report compares against nothing: {e:#}"
+                        );
+                        None
+                    }
+                    None => return Err(e),
+                },
+            }
+        }
+    };
+    let (db, location) = open(
+        args.queue.as_deref(),
+        args.worker.concurrency.unwrap_or(1) + 4,
+    )
+    .await?;
     // The transcripts' directory is decided here, once, and recorded with the sweep: every
     // worker writes there (a resumed sweep keeps the one it was started with).
     let root = transcripts::root(args.worker.workspaces.as_deref()).ok_or_else(|| {
@@ -266,15 +441,20 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     private_dir::ensure(&root).map_err(|e| anyhow!("transcripts: {e}"))?;
     spec.artifacts = Some(transcripts::artifacts(&root, &id));
     let started = sweep::start(&db, &id, &spec).await?;
-    if let Some(usd) = args.max_cost_usd {
+    if let Some(usd) = settings.max_cost_usd {
         db.set_sweep_budget(&id, usd).await?;
     }
     let artifacts = match db.sweep(&id).await? {
         Some(row) => SweepSpec::from_row(&row)?.artifacts,
         None => None,
     };
+    let variants = if spec.variants.is_empty() {
+        String::new()
+    } else {
+        format!(" × {} variants", spec.variants.len())
+    };
     eprintln!(
-        "{} sweep {id}: {} tasks × {} models × {} trials = {} trials, {} to run (queue: {location})",
+        "{} sweep {id}: {} tasks × {} models{variants} × {} trials = {} trials, {} to run (queue: {location})",
         if started.resumed {
             "resuming"
         } else {
@@ -313,6 +493,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let watch = DbWatch::new(&location)?;
     let mut lost_db = std::pin::pin!(lost(db.clone(), watch.clone()));
     let mut progress = Progress::new();
+    let mut rounds = 0u32;
     let stop = loop {
         let counts = match tokio::time::timeout(CHECK_TIMEOUT, db.counts(&id)).await {
             Ok(Ok(counts)) => counts,
@@ -329,7 +510,21 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
         };
         progress.show(&counts);
         if counts.total() > 0 && counts.finished() == counts.total() {
-            break Stop::Finished;
+            // An adaptive sweep goes on while some cell's interval is still too wide.
+            let round = sweep::next_round(&db, &id, &spec).await?;
+            if round.keys.is_empty() {
+                break Stop::Finished;
+            }
+            rounds += 1;
+            progress.note(&format!(
+                "round {}: {} more trials for {} of {} cells still wider than {}",
+                rounds + 1,
+                round.keys.len(),
+                round.cells,
+                spec.tasks.len() * spec.models.len() * spec.variants.len().max(1),
+                spec.adaptive.map_or(0.0, |d| d.target_ci_width)
+            ));
+            continue;
         }
         if workers.is_finished() {
             break Stop::Finished;
@@ -371,7 +566,10 @@ pub async fn run(args: RunArgs) -> Result<ExitCode> {
     let records = db.records(&id).await?;
     let trials = anvil_report::Trials::read(records.join("\n").as_bytes(), &id)
         .map_err(|e| anyhow!("reading the results of {id}: {e}"))?;
-    let report = anvil_report::report(&trials, &args.k, None);
+    let report = anvil_report::report(&trials, &settings.k, baseline.as_ref().map(|b| &b.trials));
+    if let Some(b) = &baseline {
+        eprintln!("compared against {}", b.label);
+    }
     out_raw!("{}", anvil_report::render::table(&report));
     let incomplete = counts.get(TrialState::InfraError)
         + counts.get(TrialState::Cancelled)
@@ -401,7 +599,11 @@ pub async fn worker(args: WorkerCmdArgs) -> Result<ExitCode> {
         .trial_options(&QueueLocation::from_option(args.queue.as_deref())?);
     let worker_options = args.worker.worker_options()?;
     preflight(&trial_options)?;
-    let (db, location) = open(args.queue.as_deref(), args.worker.concurrency + 4).await?;
+    let (db, location) = open(
+        args.queue.as_deref(),
+        args.worker.concurrency.unwrap_or(1) + 4,
+    )
+    .await?;
     eprintln!(
         "worker: {} trial(s) at once from {location}; Ctrl-C to stop",
         worker_options.concurrency
@@ -683,6 +885,15 @@ impl Progress {
         if self.tty {
             eprintln!();
         }
+    }
+
+    /// A line between progress updates (a new round of an adaptive sweep).
+    fn note(&mut self, line: &str) {
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+        eprintln!("{line}");
+        self.last = None;
     }
 }
 

@@ -82,9 +82,34 @@ fn name_and_k<S: Serializer>(metric: &Metric, serializer: S) -> Result<S::Ok, S:
     .serialize(serializer)
 }
 
+/// What one line of a report is about: a model, run with a harness variant or without one.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arm {
+    pub model: String,
+    pub variant: Option<String>,
+}
+
+impl Arm {
+    /// `model`, or `model [variant]`.
+    pub fn label(&self) -> String {
+        label(&self.model, self.variant.as_deref())
+    }
+}
+
+/// `model`, or `model [variant]`: how reports name an arm.
+pub fn label(model: &str, variant: Option<&str>) -> String {
+    match variant {
+        Some(v) => format!("{model} [{v}]"),
+        None => model.to_string(),
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelReport {
     pub model: String,
+    /// The harness variant (a sweep file's `[variants.NAME]`); absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub tasks: usize,
     pub graded_trials: u64,
     pub infra_errors: u64,
@@ -132,13 +157,20 @@ pub(crate) struct ModelStats {
     /// By task id: the trials with a transcript, as (trial, attempt, result, index into
     /// `Trials::sessions`).
     pub(crate) transcripts: BTreeMap<u32, Vec<(u32, u32, TrialResult, u32)>>,
+    /// The trials' adaptive design, when they had one ([`Trials::design`]).
+    pub(crate) design: Option<crate::adaptive::Design>,
 }
 
-/// Counts per model, by model name.
-pub(crate) fn model_stats(trials: &Trials) -> BTreeMap<String, ModelStats> {
-    let mut by_model: HashMap<u32, ModelStats> = HashMap::new();
+/// Counts per arm (model and variant).
+pub(crate) fn model_stats(trials: &Trials) -> BTreeMap<Arm, ModelStats> {
+    let mut by_model: HashMap<(u32, u32), ModelStats> = HashMap::new();
     for r in &trials.rows {
-        let s = by_model.entry(r.key.model).or_default();
+        let s = by_model
+            .entry((r.key.model, r.key.variant))
+            .or_insert_with(|| ModelStats {
+                design: trials.design,
+                ..ModelStats::default()
+            });
         if r.not_admitted {
             // Never run: neither graded nor an infrastructure failure, and no cost.
             s.not_admitted += 1;
@@ -187,8 +219,21 @@ pub(crate) fn model_stats(trials: &Trials) -> BTreeMap<String, ModelStats> {
     }
     by_model
         .into_iter()
-        .map(|(id, s)| (trials.models.name(id).to_string(), s))
+        .map(|((model, variant), s)| {
+            let arm = Arm {
+                model: trials.models.name(model).to_string(),
+                variant: trials.variant(variant).map(str::to_string),
+            };
+            (arm, s)
+        })
         .collect()
+}
+
+impl ModelReport {
+    /// `model`, or `model [variant]`.
+    pub fn label(&self) -> String {
+        label(&self.model, self.variant.as_deref())
+    }
 }
 
 impl ModelStats {
@@ -211,18 +256,28 @@ impl ModelStats {
     }
 
     /// `metric` per task, by task id; tasks with fewer than k graded trials are left out.
+    /// Under an adaptive design, the estimate that stays unbiased under its stopping rule (a
+    /// count the design cannot end at, e.g. after an infrastructure failure, falls back to the
+    /// usual estimator: see [`Trials::design`]).
     pub(crate) fn per_task(&self, metric: Metric) -> BTreeMap<u32, f64> {
+        // Past the first round no unbiased estimate exists: none at all (the report says so).
+        if self.design.is_some_and(|d| metric.k() > d.round) {
+            return BTreeMap::new();
+        }
         self.per_task
             .iter()
             .filter(|(_, counts)| counts.n >= metric.k() && counts.n > 0)
             .filter_map(|(&task, counts)| {
-                metric.estimate(counts.n, counts.c).ok().map(|v| (task, v))
+                self.design
+                    .and_then(|d| d.estimate(metric, counts.n, counts.c))
+                    .or_else(|| metric.estimate(counts.n, counts.c).ok())
+                    .map(|v| (task, v))
             })
             .collect()
     }
 
-    /// The model's line of the report; `trials` names its tasks.
-    pub(crate) fn report(&self, model: &str, metrics: &[Metric], trials: &Trials) -> ModelReport {
+    /// The arm's line of the report; `trials` names its tasks.
+    pub(crate) fn report(&self, arm: &Arm, metrics: &[Metric], trials: &Trials) -> ModelReport {
         let mut durations = self.durations.clone();
         let p50 = (!durations.is_empty()).then(|| {
             let mid = durations.len() / 2;
@@ -253,7 +308,8 @@ impl ModelStats {
             )
             .collect();
         ModelReport {
-            model: model.to_string(),
+            model: arm.model.clone(),
+            variant: arm.variant.clone(),
             tasks: self.per_task.len(),
             graded_trials: self.graded,
             infra_errors: self.infra,

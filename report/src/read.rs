@@ -34,6 +34,12 @@ struct Part {
     sweeps: Names,
     tasks: Names,
     models: Names,
+    variants: Names,
+    digests: Names,
+    /// Where a record's digest key is built (no allocation per record).
+    scratch: String,
+    /// The adaptive designs seen (records without one as `None`), each once.
+    designs: Vec<Option<crate::adaptive::Design>>,
     rows: Vec<Row>,
     details: Vec<Detail>,
     sessions: Vec<String>,
@@ -60,8 +66,26 @@ impl Part {
                 sweep: self.sweeps.id(&r.sweep),
                 task: self.tasks.id(&r.task),
                 model: self.models.id(&r.model),
+                variant: self.variants.id(r.variant.as_deref().unwrap_or("")),
                 trial: r.trial,
             };
+            let digest = (!r.digests.task.is_empty()).then(|| {
+                let d = &r.digests;
+                self.scratch.clear();
+                for (i, part) in [&d.task, &d.repo, &d.grader, &d.dependencies]
+                    .into_iter()
+                    .enumerate()
+                {
+                    if i > 0 {
+                        self.scratch.push(':');
+                    }
+                    self.scratch.push_str(part);
+                }
+                self.digests.id(&self.scratch)
+            });
+            if !self.designs.contains(&r.adaptive) {
+                self.designs.push(r.adaptive);
+            }
             let tampered = r.tampered();
             // parse_line guarantees: pass is null exactly when infra_error is set, or the trial
             // was not admitted (which has no detail).
@@ -93,6 +117,7 @@ impl Part {
                 line: number,
                 detail,
                 session,
+                digest,
             });
         }
         Ok(())
@@ -199,12 +224,26 @@ fn from_parts(
 ) -> Result<Trials, RecordError> {
     let mut trials = Trials::new(source_name);
     let mut lines_before = 0;
+    let mut designs: Vec<Option<crate::adaptive::Design>> = Vec::new();
     for part in parts {
+        for d in &part.designs {
+            if !designs.contains(d) {
+                designs.push(*d);
+            }
+        }
         let lines = part.lines;
         merge(&mut trials, part, lines_before);
         lines_before += lines;
     }
     trials.dedupe()?;
+    match designs.as_slice() {
+        [Some(design)] => trials.design = Some(*design),
+        [] | [None] => {}
+        _ => trials.note(format!(
+            "{source_name}: the trials come from different designs (adaptive and not, or two \
+             adaptive ones): the usual estimators are used, which an adaptive stopping rule biases"
+        )),
+    }
     Ok(trials)
 }
 
@@ -216,6 +255,8 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
     let sweeps = remap(&mut trials.sweeps, &part.sweeps);
     let tasks = remap(&mut trials.tasks, &part.tasks);
     let models = remap(&mut trials.models, &part.models);
+    let variants = remap(&mut trials.variants, &part.variants);
+    let digests = remap(&mut trials.digests, &part.digests);
     let details_before = trials.details.len() as u32;
     trials.details.extend(part.details);
     let sessions_before = trials.sessions.len() as u32;
@@ -225,8 +266,10 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
             sweep: sweeps[r.key.sweep as usize],
             task: tasks[r.key.task as usize],
             model: models[r.key.model as usize],
+            variant: variants[r.key.variant as usize],
             trial: r.key.trial,
         },
+        digest: r.digest.map(|d| digests[d as usize]),
         line: r.line + lines_before,
         detail: r.detail.map(|d| d + details_before),
         session: r.session.map(|s| s + sessions_before),

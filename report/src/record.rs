@@ -35,6 +35,11 @@
 //! never run, neither a fail nor an infrastructure failure; reports list such trials apart.
 //! (An agent stopped by its own budget also ends `budget_exceeded`, and is graded as usual.)
 //!
+//! Version 4 adds `variant` (optional): the harness variant the trial ran with (a sweep file's
+//! `[variants.NAME]`), absent when the sweep had none. Its key is (sweep, task, model, variant,
+//! trial); records of versions 1 to 3 have no variant. And `adaptive` (optional): the design of
+//! an adaptive sweep (`round`, `target_ci_width`, `max_trials`), which reports estimate with.
+//!
 //! Version 1 is still read: it had no `workspace_path`, and its `session_path` was the kept
 //! workspace (trials kept no transcript then), so it is read as `workspace_path` with no
 //! transcript ([`TrialRecord::parse`] upgrades a version 1 line to version 2).
@@ -51,8 +56,8 @@ pub fn not_admitted(pass: Option<bool>, infra_error: bool, outcome: Option<&str>
 }
 
 /// The version written. Version 3: a trial the sweep's budget did not admit has `pass` null
-/// without an `infra_error` ([`not_admitted`]).
-pub const SCHEMA_VERSION: u32 = 3;
+/// without an `infra_error` ([`not_admitted`]). Version 4: `variant`.
+pub const SCHEMA_VERSION: u32 = 4;
 /// The oldest version still read.
 pub const OLDEST_SCHEMA_VERSION: u32 = 1;
 
@@ -118,6 +123,9 @@ pub struct TrialRecord {
     pub sweep: String,
     pub task: String,
     pub model: String,
+    /// The harness variant (version 4), `None` when the sweep ran none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub trial: u32,
     pub attempt: u32,
     pub pass: Option<bool>,
@@ -155,6 +163,10 @@ pub struct TrialRecord {
     /// What confined the grader's check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grader_sandbox: Option<String>,
+    /// The sweep's adaptive design (version 4, optional): its trials were run in rounds under
+    /// this stopping rule, and reports estimate with it ([`crate::adaptive`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<crate::adaptive::Design>,
 }
 
 impl TrialRecord {
@@ -244,6 +256,10 @@ pub struct RecordView<'a> {
     pub task: std::borrow::Cow<'a, str>,
     #[serde(borrow)]
     pub model: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub variant: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    pub adaptive: Option<crate::adaptive::Design>,
     pub trial: u32,
     pub attempt: u32,
     pub pass: Option<bool>,
@@ -266,10 +282,24 @@ pub struct RecordView<'a> {
     // not a trial record.
     #[serde(rename = "accounting")]
     _accounting: serde::de::IgnoredAny,
-    #[serde(rename = "digests")]
-    _digests: serde::de::IgnoredAny,
+    /// What the trial ran on: a baseline is compared only on tasks whose digests match.
+    #[serde(borrow)]
+    pub digests: DigestsView<'a>,
     #[serde(rename = "anvil_git_sha")]
     _anvil_git_sha: serde::de::IgnoredAny,
+}
+
+/// The task digests of a record, borrowed ([`Digests`] without the model's).
+#[derive(Debug, Default, Deserialize)]
+pub struct DigestsView<'a> {
+    #[serde(borrow, default)]
+    pub task: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub repo: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub grader: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub dependencies: std::borrow::Cow<'a, str>,
 }
 
 impl RecordView<'_> {

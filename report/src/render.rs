@@ -1,6 +1,7 @@
-//! Renderers: a terminal table (comfy-table), stable JSON, and one self-contained HTML file
+//! Renderers: a terminal table (comfy-table), stable JSON, one self-contained HTML file
 //! (inline SVG: per-model bars with interval whiskers and a task × model heatmap; no scripts,
-//! no external fonts), whose per-task cells link to their trials' transcripts.
+//! no external fonts), whose per-task cells link to their trials' transcripts, Markdown for a CI
+//! job summary ([`markdown`]) and JUnit XML, one test case per task × model ([`junit`]).
 
 use std::fmt::Write;
 use std::path::Path;
@@ -8,10 +9,17 @@ use std::path::Path;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::aggregate::TrialResult;
-use crate::compare::Verdict;
+use crate::aggregate::{ModelReport, label};
+use crate::compare::{Comparison, Verdict};
 use crate::intervals::Interval;
 use crate::links::href;
 use crate::summary::Report;
+
+mod junit;
+mod markdown;
+
+pub use junit::{JUNIT_DEFAULT_THRESHOLD, JUNIT_LISTED_TRIALS, junit};
+pub use markdown::{MARKDOWN_LIST_LIMIT, MARKDOWN_TASK_LIMIT, markdown};
 
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "—".into(), |v| format!("{:.1}%", v * 100.0))
@@ -50,29 +58,7 @@ pub fn table(r: &Report) -> String {
     ]);
     t.set_header(header);
     for m in &r.models {
-        let mut row = vec![
-            m.model.clone(),
-            m.tasks.to_string(),
-            m.graded_trials.to_string(),
-            m.infra_errors.to_string(),
-            m.tampered.to_string(),
-        ];
-        row.extend(
-            m.metrics
-                .iter()
-                .map(|x| format!("{}{}", pct(x.value), ci(x.ci))),
-        );
-        row.push(m.mean_steps.map_or("—".into(), |s| format!("{s:.1}")));
-        row.push(match (m.mean_cost_usd, m.cost_unknown_trials) {
-            (None, _) => "unknown".into(),
-            (Some(c), 0) => format!("${c:.4}"),
-            (Some(c), u) => format!("${c:.4} ({u} unknown)"),
-        });
-        row.push(
-            m.p50_duration_ms
-                .map_or("—".into(), |d| format!("{:.1}s", d as f64 / 1000.0)),
-        );
-        t.add_row(row);
+        t.add_row(model_cells(m, &m.label(), "$"));
     }
     let _ = writeln!(out, "{t}");
     let tasks: usize = r.models.iter().map(|m| m.cells.len()).max().unwrap_or(0);
@@ -80,7 +66,7 @@ pub fn table(r: &Report) -> String {
         let mut cells = Table::new();
         cells.load_style(UTF8_FULL_CONDENSED);
         let mut header = vec!["task".to_string()];
-        header.extend(r.models.iter().map(|m| m.model.clone()));
+        header.extend(r.models.iter().map(|m| m.label()));
         cells.set_header(header);
         let mut names: Vec<&str> = r
             .models
@@ -125,7 +111,10 @@ pub fn table(r: &Report) -> String {
             let _ = writeln!(
                 out,
                 "  {} / {} / trial {}: {}",
-                e.model, e.task, e.trial, e.reason
+                label(&e.model, e.variant.as_deref()),
+                e.task,
+                e.trial,
+                e.reason
             );
         }
         if r.infra_errors_total as usize > r.infra_errors.len().min(20) {
@@ -139,7 +128,7 @@ pub fn table(r: &Report) -> String {
             r.not_admitted_total
         );
         for m in r.models.iter().filter(|m| m.not_admitted > 0) {
-            let _ = writeln!(out, "  {}: {}", m.model, m.not_admitted);
+            let _ = writeln!(out, "  {}: {}", m.label(), m.not_admitted);
         }
     }
     if r.tampered_total > 0 {
@@ -157,7 +146,7 @@ pub fn table(r: &Report) -> String {
             let _ = writeln!(
                 out,
                 "  {} / {} / trial {}: {}",
-                t.model,
+                label(&t.model, t.variant.as_deref()),
                 t.task,
                 t.trial,
                 if findings.is_empty() {
@@ -178,45 +167,130 @@ pub fn table(r: &Report) -> String {
         }
     }
     if let Some(base) = &r.baseline {
-        let mut t = Table::new();
-        t.load_style(UTF8_FULL_CONDENSED);
-        t.set_header([
-            "model",
-            "metric",
-            "baseline",
-            "current",
-            "Δ (95% CI)",
-            "tasks",
-            "trials (base → now)",
-            "verdict",
-        ]);
-        for c in base {
-            t.add_row([
-                c.model.clone(),
-                c.metric.to_string(),
-                pct(Some(c.baseline)),
-                pct(Some(c.current)),
-                format!("{:+.1} pts{}", c.diff * 100.0, ci(c.ci)),
-                c.tasks.to_string(),
-                format!("{} → {}", c.baseline_trials, c.current_trials),
-                match c.verdict {
-                    Verdict::Regression => "REGRESSION".into(),
-                    Verdict::Improvement => "improvement".into(),
-                    Verdict::NoSignificantChange => "no significant change".into(),
-                    Verdict::Insufficient => "too few shared tasks".into(),
-                },
-            ]);
+        let _ = writeln!(
+            out,
+            "\nAgainst the baseline (paired by task):\n{}",
+            comparison_table(base, "baseline", "trials (base → now)")
+        );
+        if !r.baseline_excluded.is_empty() {
+            let _ = writeln!(out, "Left out of the comparison:");
+            for e in &r.baseline_excluded {
+                let _ = writeln!(out, "  {}: {}", e.task, e.reason);
+            }
         }
-        let _ = writeln!(out, "\nAgainst the baseline (paired by task):\n{t}");
+    }
+    if !r.variants.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nVariants against their reference (paired by task):\n{}",
+            comparison_table(&r.variants, "reference", "trials (ref → variant)")
+        );
     }
     out
+}
+
+/// A model's line of the summary table as the table and Markdown show it: `label` as given
+/// (escaped for Markdown there), costs after `dollar` (`\$` in Markdown, which reads `$` as
+/// maths).
+pub(crate) fn model_cells(m: &ModelReport, label: &str, dollar: &str) -> Vec<String> {
+    let mut row = vec![
+        label.to_string(),
+        m.tasks.to_string(),
+        m.graded_trials.to_string(),
+        m.infra_errors.to_string(),
+        m.tampered.to_string(),
+    ];
+    row.extend(
+        m.metrics
+            .iter()
+            .map(|x| format!("{}{}", pct(x.value), ci(x.ci))),
+    );
+    row.push(m.mean_steps.map_or("—".into(), |s| format!("{s:.1}")));
+    row.push(match (m.mean_cost_usd, m.cost_unknown_trials) {
+        (None, _) => "unknown".into(),
+        (Some(c), 0) => format!("{dollar}{c:.4}"),
+        (Some(c), u) => format!("{dollar}{c:.4} ({u} unknown)"),
+    });
+    row.push(
+        m.p50_duration_ms
+            .map_or("—".into(), |d| format!("{:.1}s", d as f64 / 1000.0)),
+    );
+    row
+}
+
+/// A comparison's cells as every format shows them: Δ with its interval, the MDE, the verdict.
+pub(crate) struct ComparisonCells {
+    pub(crate) diff: String,
+    pub(crate) mde: String,
+    pub(crate) verdict: &'static str,
+}
+
+impl ComparisonCells {
+    pub(crate) fn of(c: &Comparison) -> Self {
+        ComparisonCells {
+            diff: format!("{:+.1} pts{}", c.diff * 100.0, ci(c.ci)),
+            mde: c
+                .mde
+                .map_or("n/a".to_string(), |m| format!("{:.1} pts", m * 100.0)),
+            verdict: match c.verdict {
+                Verdict::Regression => "REGRESSION",
+                Verdict::Improvement => "improvement",
+                Verdict::NoSignificantChange => "no significant change",
+                Verdict::Insufficient => "too few shared tasks",
+            },
+        }
+    }
+}
+
+/// The table of `rows`; `side` names the column compared against (`baseline`, `reference`).
+fn comparison_table(rows: &[Comparison], side: &str, trials: &str) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    let against = if rows.iter().any(|c| c.reference.is_some()) {
+        "against"
+    } else {
+        ""
+    };
+    let mut header = vec!["model", "metric"];
+    if !against.is_empty() {
+        header.push(against);
+    }
+    header.extend([
+        side,
+        "current",
+        "Δ (95% CI)",
+        "MDE",
+        "tasks",
+        trials,
+        "verdict",
+    ]);
+    t.set_header(header);
+    for c in rows {
+        let cells = ComparisonCells::of(c);
+        let mut row = vec![c.label(), c.metric.to_string()];
+        if !against.is_empty() {
+            row.push(c.reference.clone().unwrap_or_default());
+        }
+        row.extend([
+            pct(Some(c.baseline)),
+            pct(Some(c.current)),
+            cells.diff,
+            cells.mde,
+            c.tasks.to_string(),
+            format!("{} → {}", c.baseline_trials, c.current_trials),
+            cells.verdict.to_string(),
+        ]);
+        t.add_row(row);
+    }
+    t
 }
 
 pub fn json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
-fn esc(s: &str) -> String {
+/// HTML-escaped text (every HTML output of the crate).
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -239,7 +313,7 @@ fn transcripts(h: &mut String, r: &Report, tasks: &[&str], out_dir: Option<&Path
     }
     h.push_str("<h2>Transcripts</h2><p>Each trial's agent session (read it with <code>anvil replay FILE</code>).</p><table><tr><th>task</th>");
     for m in &r.models {
-        let _ = write!(h, "<th>{}</th>", esc(&m.model));
+        let _ = write!(h, "<th>{}</th>", esc(&m.label()));
     }
     h.push_str("</tr>");
     for (i, task) in tasks.iter().enumerate() {
@@ -306,7 +380,7 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
-            esc(&m.model),
+            esc(&m.label()),
             m.tasks,
             m.graded_trials,
             m.infra_errors,
@@ -347,13 +421,13 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
             h,
             "<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>",
             y + 15.0,
-            esc(&m.model)
+            esc(&m.label())
         );
         let _ = write!(
             h,
             "<rect x=\"150\" y=\"{y}\" width=\"{:.1}\" height=\"18\" fill=\"#4a7bd0\"><title>{}: {}</title></rect>",
             v * width,
-            esc(&m.model),
+            esc(&m.label()),
             pct(Some(v))
         );
         if let Some(c) = p1.and_then(|x| x.ci) {
@@ -404,7 +478,7 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
             "<text x=\"{x}\" y=\"{}\" font-size=\"11\" transform=\"rotate(-60 {x} {})\">{}</text>",
             top - 6.0,
             top - 6.0,
-            esc(&m.model)
+            esc(&m.label())
         );
     }
     for (i, task) in tasks.iter().take(shown).enumerate() {
@@ -435,7 +509,7 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
                     let _ = write!(
                         h,
                         "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"rgb({red},{green},70)\"><title>{} / {}: {}/{}{}</title></rect>",
-                        esc(&m.model),
+                        esc(&m.label()),
                         esc(task),
                         c.c,
                         c.n,
@@ -477,7 +551,7 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
             let _ = write!(
                 h,
                 "<li>{} / {} / trial {}: {}</li>",
-                esc(&e.model),
+                esc(&label(&e.model, e.variant.as_deref())),
                 esc(&e.task),
                 e.trial,
                 esc(&e.reason)
@@ -492,7 +566,7 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
             r.not_admitted_total
         );
         for m in r.models.iter().filter(|m| m.not_admitted > 0) {
-            let _ = write!(h, "<li>{}: {}</li>", esc(&m.model), m.not_admitted);
+            let _ = write!(h, "<li>{}: {}</li>", esc(&m.label()), m.not_admitted);
         }
         h.push_str("</ul>");
     }
@@ -506,7 +580,7 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
             let _ = write!(
                 h,
                 "<li>{} / {} / trial {}<ul>",
-                esc(&t.model),
+                esc(&label(&t.model, t.variant.as_deref())),
                 esc(&t.task),
                 t.trial
             );
@@ -541,28 +615,208 @@ pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
         h.push_str("</ul>");
     }
     if let Some(base) = &r.baseline {
-        h.push_str("<h2>Against the baseline (paired by task)</h2><table><tr><th>model</th><th>metric</th><th>baseline</th><th>current</th><th>Δ (95% CI)</th><th>tasks</th><th>verdict</th></tr>");
-        for c in base {
-            let (class, verdict) = match c.verdict {
-                Verdict::Regression => ("reg", "regression"),
-                Verdict::Improvement => ("imp", "improvement"),
-                Verdict::NoSignificantChange => ("", "no significant change"),
-                Verdict::Insufficient => ("", "too few shared tasks"),
-            };
-            let _ = write!(
-                h,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:+.1} pts{}</td><td>{}</td><td class=\"{class}\">{verdict}</td></tr>",
-                esc(&c.model),
-                esc(&c.metric.to_string()),
-                pct(Some(c.baseline)),
-                pct(Some(c.current)),
-                c.diff * 100.0,
-                ci(c.ci),
-                c.tasks
-            );
+        h.push_str("<h2>Against the baseline (paired by task)</h2>");
+        html_comparisons(&mut h, base, "baseline");
+        if !r.baseline_excluded.is_empty() {
+            h.push_str("<p>Left out of the comparison:</p><ul>");
+            for e in &r.baseline_excluded {
+                let _ = write!(h, "<li>{}: {}</li>", esc(&e.task), esc(&e.reason));
+            }
+            h.push_str("</ul>");
         }
-        h.push_str("</table>");
+    }
+    if !r.variants.is_empty() {
+        h.push_str("<h2>Variants against their reference (paired by task)</h2>");
+        html_comparisons(&mut h, &r.variants, "reference");
     }
     h.push_str("</body></html>\n");
     h
+}
+
+/// The HTML table of `rows`; `side` names the column compared against.
+fn html_comparisons(h: &mut String, rows: &[Comparison], side: &str) {
+    let variants = rows.iter().any(|c| c.reference.is_some());
+    let _ = write!(
+        h,
+        "<table><tr><th>model</th><th>metric</th>{}<th>{side}</th><th>current</th><th>Δ (95% CI)</th><th title=\"minimum detectable effect: the smallest difference these tasks would show as significant with 80% power\">MDE</th><th>tasks</th><th>trials</th><th>verdict</th></tr>",
+        if variants { "<th>against</th>" } else { "" }
+    );
+    for c in rows {
+        let cells = ComparisonCells::of(c);
+        let class = match c.verdict {
+            Verdict::Regression => "reg",
+            Verdict::Improvement => "imp",
+            _ => "",
+        };
+        let against = if variants {
+            format!("<td>{}</td>", esc(c.reference.as_deref().unwrap_or("")))
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td>{against}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} → {}</td><td class=\"{class}\">{}</td></tr>",
+            esc(&c.label()),
+            esc(&c.metric.to_string()),
+            pct(Some(c.baseline)),
+            pct(Some(c.current)),
+            esc(&cells.diff),
+            esc(&cells.mde),
+            c.tasks,
+            c.baseline_trials,
+            c.current_trials,
+            cells.verdict
+        );
+    }
+    h.push_str("</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::{Trials, report};
+
+    /// One record line: `pass` `None` is an infrastructure failure; `extra` fields override.
+    fn rec(task: &str, model: &str, trial: u32, pass: Option<bool>, extra: Value) -> String {
+        let mut r = json!({
+            "schema_version": 3,
+            "sweep": "s1",
+            "task": task,
+            "model": model,
+            "trial": trial,
+            "attempt": 1,
+            "pass": pass,
+            "outcome": pass.map(|_| "done"),
+            "infra_error": if pass.is_none() { Some("provider unreachable after 5 attempts") } else { None },
+            "steps": 3,
+            "tokens": {"input": 1, "output": 1, "cache_read": 0, "cache_write": 0},
+            "cost_usd": 0.01,
+            "accounting": "reported",
+            "duration_ms": 1000 + 250 * u64::from(trial),
+            "session_path": null,
+            "digests": {"task": "", "repo": "", "grader": "", "dependencies": "", "model_config": ""},
+            "anvil_git_sha": "abc",
+        });
+        if let (Some(r), Value::Object(extra)) = (r.as_object_mut(), extra) {
+            r.extend(extra);
+        }
+        r.to_string() + "\n"
+    }
+
+    /// `outcomes` of one (task, model): `p` pass, `f` fail, `t` tampered, `i` infra, `n` not
+    /// admitted, one trial each, numbered from 0.
+    fn cell(task: &str, model: &str, outcomes: &str) -> String {
+        outcomes
+            .chars()
+            .zip(0..)
+            .map(|(o, trial)| match o {
+                'p' => rec(task, model, trial, Some(true), json!({})),
+                'f' => rec(task, model, trial, Some(false), json!({})),
+                't' => rec(
+                    task,
+                    model,
+                    trial,
+                    Some(false),
+                    json!({"check_outcome": "tampered", "tamper": [{"path": "conftest.py", "kind": "conftest", "detail": "new conftest.py <& \"quoted\">"}]}),
+                ),
+                'i' => rec(task, model, trial, None, json!({})),
+                'n' => rec(
+                    task,
+                    model,
+                    trial,
+                    None,
+                    json!({"outcome": "budget_exceeded", "infra_error": null, "cost_usd": null, "accounting": "unknown"}),
+                ),
+                _ => panic!("outcome {o}"),
+            })
+            .collect()
+    }
+
+    fn trials(text: &str, name: &str) -> Trials {
+        Trials::read(text.as_bytes(), name).unwrap()
+    }
+
+    /// Two models, a task name that needs escaping, a tampered trial, infrastructure failures
+    /// (one cell has nothing else), a trial the budget did not admit, and a baseline.
+    fn fixture() -> (Trials, Trials) {
+        let current = [
+            cell("fix-median", "alpha", "ppppf"),
+            cell("rename <a|b> & \"c\"", "alpha", "pfftp"),
+            cell("flaky-net", "alpha", "ii"),
+            cell("add-flag", "alpha", "ppfif"),
+            cell("fix-median", "beta", "pffff"),
+            cell("rename <a|b> & \"c\"", "beta", "ppppp"),
+            cell("add-flag", "beta", "pppff"),
+            cell("budget-task", "beta", "nn"),
+        ]
+        .concat();
+        let baseline = [
+            cell("fix-median", "alpha", "ppppp"),
+            cell("rename <a|b> & \"c\"", "alpha", "ppppp"),
+            cell("add-flag", "alpha", "ppppp"),
+            cell("fix-median", "beta", "pffff"),
+            cell("rename <a|b> & \"c\"", "beta", "pppff"),
+            cell("add-flag", "beta", "pppff"),
+        ]
+        .concat();
+        (
+            trials(&current, "results.jsonl"),
+            trials(&baseline, "baseline.jsonl"),
+        )
+    }
+
+    #[test]
+    fn markdown_for_a_ci_job_summary() {
+        let (current, baseline) = fixture();
+        let r = report(&current, &[1, 3], Some(&baseline));
+        let md = markdown(&r, "results.jsonl", Some("last_week.jsonl"));
+        assert_eq!(md, markdown(&r, "results.jsonl", Some("last_week.jsonl")));
+        assert!(md.starts_with("# anvil eval report\n\nResults: results.jsonl · baseline: last\\_week.jsonl · k = 1, 3\n"));
+        assert!(md.contains("| model | tasks | trials | infra | tampered | pass@1 (95% CI) | pass@3 (95% CI) | pass^3 (95% CI) |"), "{md}");
+        assert!(
+            md.contains("## Against the baseline (paired by task)"),
+            "{md}"
+        );
+        assert!(md.contains("rename \\<a\\|b\\> \\& \"c\""), "{md}");
+        insta::assert_snapshot!("markdown", md);
+    }
+
+    #[test]
+    fn markdown_without_a_baseline_or_trials() {
+        let r = report(&trials("", "empty.jsonl"), &[1], None);
+        insta::assert_snapshot!("markdown_empty", markdown(&r, "sweep nightly", None));
+    }
+
+    #[test]
+    fn junit_one_case_per_task_and_model() {
+        let (current, baseline) = fixture();
+        let r = report(&current, &[1, 3], Some(&baseline));
+        let xml = junit(&r, &current, JUNIT_DEFAULT_THRESHOLD);
+        assert_eq!(xml, junit(&r, &current, JUNIT_DEFAULT_THRESHOLD));
+        assert!(xml.contains("<testsuites name=\"anvil eval report\" tests=\"8\" failures=\"2\" errors=\"0\" skipped=\"2\""), "{xml}");
+        assert!(
+            xml.contains("<testcase name=\"rename &lt;a|b&gt; &amp; &quot;c&quot;\" classname=\"alpha\" time=\"7.500\">\n      <failure message=\"2/5 passed (trial 0 pass, 1 fail, 2 fail, 3 tampered, 4 pass)\""),
+            "{xml}"
+        );
+        assert!(xml.contains("<skipped message=\"no graded trials: 2 infrastructure failure(s) (trial 0 infra_error, 1 infra_error)\"/>"), "{xml}");
+        insta::assert_snapshot!("junit", xml);
+        // At threshold 0 nothing fails; at 1 every case short of all passes does.
+        assert!(junit(&r, &current, 0.0).contains("failures=\"0\" errors=\"0\" skipped=\"2\""));
+        assert!(junit(&r, &current, 1.0).contains("tests=\"8\" failures=\"5\""));
+    }
+
+    #[test]
+    fn junit_names_each_sweep_when_a_cell_spans_several() {
+        let text = cell("t", "m", "pf") + &cell("t", "m", "f").replace("\"s1\"", "\"s2\"");
+        let t = trials(&text, "r.jsonl");
+        let xml = junit(&report(&t, &[1], None), &t, 0.5);
+        assert!(
+            xml.contains("message=\"1/3 passed (trial s1#0 pass, s1#1 fail, s2#0 fail)\""),
+            "{xml}"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::aggregate::{ModelReport, model_stats};
-use crate::compare::{Comparison, compare};
+use crate::compare::{Comparison, ExcludedTask, against_baseline, between_variants};
 use crate::metric::Metric;
 use crate::record::TamperFinding;
 use crate::trials::{Detail, Row, Trials};
@@ -19,6 +19,8 @@ pub const REPORT_SCHEMA: &str = "anvil-report/1";
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InfraError {
     pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub task: String,
     pub trial: u32,
     pub reason: String,
@@ -28,6 +30,8 @@ pub struct InfraError {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TamperedTrial {
     pub model: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub task: String,
     pub trial: u32,
     pub findings: Vec<TamperFinding>,
@@ -51,15 +55,49 @@ pub struct Report {
     /// What the reader decided about its input (e.g. superseded attempts), for a person.
     pub notes: Vec<String>,
     pub baseline: Option<Vec<Comparison>>,
+    /// Tasks left out of the baseline comparison because their digests differ (absent when
+    /// none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub baseline_excluded: Vec<ExcludedTask>,
+    /// Each model's variants against its reference variant, paired by task (absent when the
+    /// trials ran no more than one variant per model).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<Comparison>,
+    /// The sweep's adaptive design, when its trials were run in rounds (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<crate::adaptive::Design>,
+}
+
+/// What a report is built with beyond the trials and the k values.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReportOptions<'a> {
+    /// Compare against these earlier trials, paired by task.
+    pub baseline: Option<&'a Trials>,
+    /// The variant the others are compared against (default: no variant, else `control`,
+    /// else the first by name).
+    pub reference_variant: Option<&'a str>,
 }
 
 /// Builds the report. `ks` are the k of pass@k / pass^k (pass@1 is always included).
 pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report {
+    report_with(
+        trials,
+        ks,
+        ReportOptions {
+            baseline,
+            ..ReportOptions::default()
+        },
+    )
+}
+
+/// [`report`] with every option.
+pub fn report_with(trials: &Trials, ks: &[u32], options: ReportOptions<'_>) -> Report {
+    let baseline = options.baseline;
     let metrics = Metric::for_ks(ks);
     let stats = model_stats(trials);
     let models = stats
         .iter()
-        .map(|(model, s)| s.report(model, &metrics, trials))
+        .map(|(arm, s)| s.report(arm, &metrics, trials))
         .collect();
     let detail = |r: &Row| r.detail.and_then(|d| trials.details.get(d as usize));
     let infra_errors = trials
@@ -68,6 +106,7 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
         .filter_map(|r| match detail(r) {
             Some(Detail::Infra(reason)) if r.pass.is_none() => Some(InfraError {
                 model: trials.models.name(r.key.model).to_string(),
+                variant: trials.variant(r.key.variant).map(str::to_string),
                 task: trials.tasks.name(r.key.task).to_string(),
                 trial: r.key.trial,
                 reason: reason.clone(),
@@ -82,6 +121,7 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
         .filter_map(|r| match detail(r) {
             Some(Detail::Tampered(findings)) if r.tampered => Some(TamperedTrial {
                 model: trials.models.name(r.key.model).to_string(),
+                variant: trials.variant(r.key.variant).map(str::to_string),
                 task: trials.tasks.name(r.key.task).to_string(),
                 trial: r.key.trial,
                 findings: findings.clone(),
@@ -93,6 +133,61 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
     let mut notes = trials.notes().to_vec();
     if let Some(b) = baseline {
         notes.extend(b.notes().iter().map(|n| format!("baseline: {n}")));
+    }
+    let (comparisons, excluded) = match baseline {
+        Some(b) => {
+            let (c, e) = against_baseline(trials, &stats, b, &metrics);
+            (Some(c), e)
+        }
+        None => (None, Vec::new()),
+    };
+    for e in &excluded {
+        notes.push(format!(
+            "baseline: task {} left out of the comparison: {}",
+            e.task, e.reason
+        ));
+    }
+    let variants = between_variants(trials, &stats, &metrics, options.reference_variant);
+    if let Some(d) = trials.design() {
+        let beyond: Vec<String> = metrics
+            .iter()
+            .filter(|m| m.k() > d.round)
+            .map(Metric::to_string)
+            .collect();
+        if !beyond.is_empty() {
+            notes.push(format!(
+                "{} cannot be estimated without bias for an adaptive sweep whose first round is \
+                 {} trials (k may not exceed it): not shown",
+                beyond.join(", "),
+                d.round
+            ));
+        }
+        let off_plan = stats
+            .values()
+            .flat_map(|s| s.per_task.values())
+            .filter(|c| c.n > 0 && d.estimate(Metric::PassAt(1), c.n, c.c).is_none())
+            .count();
+        if off_plan > 0 {
+            notes.push(format!(
+                "{off_plan} task cell(s) did not end where the adaptive design stops (its rounds \
+                 were not finished — resume the sweep with `anvil-evals run --sweep ID` — or an \
+                 infrastructure failure left a count between round ends): their estimates are \
+                 the usual ones, which the stopping rule biases"
+            ));
+        }
+        notes.push(format!(
+            "adaptive design: rounds of {} trials while a task's 95% interval was wider than {}, \
+             at most {} per task; the estimates are the ones that stay unbiased under this \
+             stopping rule",
+            d.round, d.target_ci_width, d.max_trials
+        ));
+    }
+    if let Some(name) = options.reference_variant
+        && !stats.keys().any(|arm| arm.variant.as_deref() == Some(name))
+    {
+        notes.push(format!(
+            "no trial ran variant {name}: the variants were not compared"
+        ));
     }
     Report {
         schema: REPORT_SCHEMA,
@@ -109,6 +204,9 @@ pub fn report(trials: &Trials, ks: &[u32], baseline: Option<&Trials>) -> Report 
         infra_errors,
         tampered,
         notes,
-        baseline: baseline.map(|b| compare(trials, &stats, b, &metrics)),
+        baseline: comparisons,
+        baseline_excluded: excluded,
+        variants,
+        adaptive: trials.design(),
     }
 }

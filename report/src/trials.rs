@@ -1,7 +1,7 @@
 //! All trials of one or more results files, each reduced to what a report needs, with names
 //! interned.
 //!
-//! One trial is one (sweep, task, model, trial) key. A key seen more than once with different
+//! One trial is one (sweep, task, model, variant, trial) key. A key seen more than once with different
 //! attempts keeps its highest attempt (an infrastructure retry supersedes the earlier try) and
 //! the notes say so; the same key twice with the *same* attempt is refused, naming both lines: a
 //! results file holds one record per attempt, so it was most likely concatenated twice, and
@@ -14,12 +14,14 @@ use crate::record::{RecordError, TamperFinding};
 /// Superseded attempts named one by one in the notes (the count is always complete).
 pub const MAX_LISTED_SUPERSEDED: usize = 20;
 
-/// Which trial a row is: interned sweep, task and model names, and the trial's number.
+/// Which trial a row is: interned sweep, task, model and variant names (variant `""`: none),
+/// and the trial's number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct TrialKey {
     pub(crate) sweep: u32,
     pub(crate) task: u32,
     pub(crate) model: u32,
+    pub(crate) variant: u32,
     pub(crate) trial: u32,
 }
 
@@ -42,6 +44,8 @@ pub(crate) struct Row {
     pub(crate) detail: Option<u32>,
     /// Index into `Trials::sessions`: the trial's transcript, when its record names one.
     pub(crate) session: Option<u32>,
+    /// Index into `Trials::digests`: the task digests it ran on, when its record has them.
+    pub(crate) digest: Option<u32>,
 }
 
 /// What a report lists about a trial beyond its counts.
@@ -92,6 +96,13 @@ pub struct Trials {
     pub(crate) sweeps: Names,
     pub(crate) tasks: Names,
     pub(crate) models: Names,
+    /// Variant names; `""` (always id 0 once anything is read) is no variant.
+    pub(crate) variants: Names,
+    /// Task digests, each as `task:repo:grader:dependencies`.
+    pub(crate) digests: Names,
+    /// The adaptive design every record carries, when they all carry the same one
+    /// ([`crate::adaptive`]); `None` otherwise (a mix is said in the notes).
+    pub(crate) design: Option<crate::adaptive::Design>,
     pub(crate) rows: Vec<Row>,
     pub(crate) details: Vec<Detail>,
     /// Transcript paths, as the records name them (relative ones resolved against the
@@ -109,15 +120,24 @@ impl Trials {
         }
     }
 
-    /// `sweep/task/model#trial`, as the queue names a trial.
+    /// `sweep/task/model#trial` (`sweep/task/model/variant#trial` with a variant), as the
+    /// queue names a trial.
     fn key_name(&self, key: TrialKey) -> String {
+        let variant = self.variant(key.variant);
         format!(
-            "{}/{}/{}#{}",
+            "{}/{}/{}{}{}#{}",
             self.sweeps.name(key.sweep),
             self.tasks.name(key.task),
             self.models.name(key.model),
+            if variant.is_some() { "/" } else { "" },
+            variant.unwrap_or(""),
             key.trial
         )
+    }
+
+    /// The variant of id `id`, `None` for no variant.
+    pub(crate) fn variant(&self, id: u32) -> Option<&str> {
+        Some(self.variants.name(id)).filter(|v| !v.is_empty())
     }
 
     /// One row per trial: the highest attempt, with a note naming what it superseded. The same
@@ -178,6 +198,20 @@ impl Trials {
             }
         }
         Ok(())
+    }
+
+    /// The sweeps the trials come from, in the order first read.
+    pub fn sweep_ids(&self) -> impl Iterator<Item = &str> {
+        self.sweeps.names.iter().map(String::as_str)
+    }
+
+    /// The adaptive design of these trials, when they had one.
+    pub fn design(&self) -> Option<crate::adaptive::Design> {
+        self.design
+    }
+
+    pub(crate) fn note(&mut self, note: String) {
+        self.notes.push(note);
     }
 
     /// What the reader had to decide about its input (e.g. superseded attempts), for a person.

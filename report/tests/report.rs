@@ -19,6 +19,8 @@ fn record(
         sweep: "s1".into(),
         task: task.into(),
         model: model.into(),
+        variant: None,
+        adaptive: None,
         trial,
         attempt: 1,
         pass,
@@ -122,12 +124,12 @@ fn a_malformed_line_is_reported_with_its_number() {
         "{err}"
     );
     let wrong_version =
-        jsonl("alpha", &[1], None).replacen("\"schema_version\":3", "\"schema_version\":9", 1);
+        jsonl("alpha", &[1], None).replacen("\"schema_version\":4", "\"schema_version\":9", 1);
     let err = Trials::read(wrong_version.as_bytes(), "r.jsonl").unwrap_err();
     assert_eq!(err.line, 1);
     assert!(
         err.reason
-            .contains("schema_version 9 is not supported (this reporter reads versions 1 to 3)"),
+            .contains("schema_version 9 is not supported (this reporter reads versions 1 to 4)"),
         "{err}"
     );
 }
@@ -428,7 +430,7 @@ fn contradictory_records_and_impossible_costs_are_refused() {
 
 /// A version 1 record (written before trials kept transcripts) still reads: its
 /// `session_path` was the kept workspace, so it becomes `workspace_path` and names no
-/// transcript; a version above 3 is refused.
+/// transcript; a version above 4 is refused.
 #[test]
 fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused() {
     let v1 = r#"{"schema_version":1,"sweep":"s","task":"t","model":"m","trial":0,"attempt":1,"pass":true,"outcome":"done","infra_error":null,"steps":1,"tokens":{"input":1,"output":1,"cache_read":0,"cache_write":0},"cost_usd":0.5,"accounting":"reported","duration_ms":5,"session_path":"/tmp/anvil-trials/kept.t-m-0-a1-x/workspace","digests":{"task":"","repo":"","grader":"","dependencies":"","model_config":""},"anvil_git_sha":"x"}"#;
@@ -442,7 +444,7 @@ fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused(
     assert_eq!((upgraded.pass, upgraded.steps), (Some(true), 1));
     // Upgraded, it is a current record as any other.
     let line = serde_json::to_string(&upgraded).unwrap();
-    assert!(line.contains(r#""schema_version":3"#), "{line}");
+    assert!(line.contains(r#""schema_version":4"#), "{line}");
     assert_eq!(TrialRecord::parse(&line, "new.jsonl", 1).unwrap(), upgraded);
     // A v1 null session_path reads too.
     let plain = v1.replace(r#""/tmp/anvil-trials/kept.t-m-0-a1-x/workspace""#, "null");
@@ -457,7 +459,7 @@ fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused(
     );
     assert_eq!(r.models[0].graded_trials, 1);
     assert!(r.models[0].cells[0].transcripts.is_empty());
-    for version in ["4", "0"] {
+    for version in ["5", "0"] {
         let line = v1.replace(
             r#""schema_version":1"#,
             &format!(r#""schema_version":{version}"#),
@@ -466,7 +468,7 @@ fn version_1_records_read_with_their_workspace_apart_and_newer_ones_are_refused(
         assert_eq!(
             err.to_string(),
             format!(
-                "new.jsonl:4: schema_version {version} is not supported (this reporter reads versions 1 to 3)"
+                "new.jsonl:4: schema_version {version} is not supported (this reporter reads versions 1 to 4)"
             )
         );
         let err = Trials::read(line.as_bytes(), "new.jsonl").unwrap_err();
@@ -613,10 +615,110 @@ fn a_trial_not_admitted_is_counted_apart_never_as_a_fail() {
         "{table}"
     );
     for bad in [
-        not_admitted.replace(r#""schema_version":3"#, r#""schema_version":2"#),
+        not_admitted.replace(r#""schema_version":4"#, r#""schema_version":2"#),
         not_admitted.replace("budget_exceeded", "done"),
     ] {
         let err = Trials::read(format!("{bad}\n").as_bytes(), "r.jsonl").unwrap_err();
         assert!(err.reason.contains("pass is null"), "{err}");
     }
+}
+
+/// `passes[task]` of 5 trials pass; each record carries `grader` as its grader digest.
+fn jsonl_digests(model: &str, passes: &[u32], grader: &str) -> String {
+    let mut out = String::new();
+    for (t, &c) in passes.iter().enumerate() {
+        for trial in 0..5 {
+            let mut r = record(&format!("task-{t:02}"), model, trial, Some(trial < c), None);
+            r.digests = Digests {
+                task: format!("task-{t}"),
+                repo: "repo".into(),
+                grader: if t == 0 { grader.into() } else { "g".into() },
+                dependencies: "deps".into(),
+                model_config: String::new(),
+            };
+            out.push_str(&serde_json::to_string(&r).unwrap());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// A task whose grader changed since the baseline measures something else: it is left out of
+/// the comparison (and the report says so), the other tasks are still compared.
+#[test]
+fn a_baseline_is_compared_only_on_tasks_whose_digests_match() {
+    // task-00 went from 0/5 to 5/5, but its grader changed: not a real improvement.
+    let base = jsonl_digests("alpha", &[0, 3, 3, 3], "old-grader");
+    let now = jsonl_digests("alpha", &[5, 3, 3, 3], "new-grader");
+    let r = report(&trials(&now), &[1], Some(&trials(&base)));
+    let c = &r.baseline.as_ref().unwrap()[0];
+    assert_eq!(c.tasks, 3, "task-00 left out");
+    assert_eq!(c.diff, 0.0);
+    assert_eq!(r.baseline_excluded.len(), 1);
+    assert_eq!(r.baseline_excluded[0].task, "task-00");
+    assert_eq!(
+        r.baseline_excluded[0].reason,
+        "its grader/ changed since the baseline (digests differ)"
+    );
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("task task-00 left out of the comparison: its grader/ changed")),
+        "{:?}",
+        r.notes
+    );
+    let table = render::table(&r);
+    assert!(table.contains("Left out of the comparison:"), "{table}");
+    // The same digests on both sides: every task compared.
+    let same = jsonl_digests("alpha", &[0, 3, 3, 3], "old-grader");
+    let r = report(&trials(&same), &[1], Some(&trials(&base)));
+    assert_eq!(r.baseline.as_ref().unwrap()[0].tasks, 4);
+    assert!(r.baseline_excluded.is_empty());
+}
+
+/// Records of one model with two variants are two arms; the report compares the variant with
+/// the reference paired by task, with the MDE of the design.
+#[test]
+fn variants_are_arms_compared_paired_by_task() {
+    let mut text = String::new();
+    for (variant, passes) in [("control", [1u32, 2, 3, 1]), ("hint", [3, 4, 5, 4])] {
+        for (t, &c) in passes.iter().enumerate() {
+            for trial in 0..5 {
+                let mut r = record(
+                    &format!("task-{t:02}"),
+                    "alpha",
+                    trial,
+                    Some(trial < c),
+                    None,
+                );
+                r.variant = Some(variant.into());
+                text.push_str(&serde_json::to_string(&r).unwrap());
+                text.push('\n');
+            }
+        }
+    }
+    let r = report(&trials(&text), &[1], None);
+    let labels: Vec<String> = r.models.iter().map(|m| m.label()).collect();
+    assert_eq!(labels, ["alpha [control]", "alpha [hint]"]);
+    let c = &r.variants[0];
+    assert_eq!(
+        (c.variant.as_deref(), c.reference.as_deref()),
+        (Some("hint"), Some("control"))
+    );
+    // Per-task differences 0.4, 0.4, 0.4, 0.6: mean 0.45.
+    assert!((c.diff - 0.45).abs() < 1e-12, "{}", c.diff);
+    assert_eq!(c.verdict, Verdict::Improvement);
+    assert!(c.mde.is_some_and(|m| m > 0.0 && m < 0.45), "{:?}", c.mde);
+    // Another reference, named.
+    let r = anvil_report::report_with(
+        &trials(&text),
+        &[1],
+        anvil_report::ReportOptions {
+            reference_variant: Some("hint"),
+            ..Default::default()
+        },
+    );
+    assert_eq!(r.variants[0].variant.as_deref(), Some("control"));
+    assert_eq!(r.variants[0].verdict, Verdict::Regression);
+    assert!(render::table(&r).contains("Variants against their reference"));
 }

@@ -24,6 +24,8 @@ fn record(job: &TrialJob, attempt: u32) -> TrialRecord {
         sweep: job.sweep.clone(),
         task: job.task.clone(),
         model: job.model.clone(),
+        variant: job.variant.clone(),
+        adaptive: None,
         trial: job.trial,
         attempt,
         pass: Some(true),
@@ -79,6 +81,7 @@ async fn measure(db: &Db, sweep: &str, jobs: u32, workers: usize) -> f64 {
             sweep: sweep.into(),
             task: "t".into(),
             model: "m".into(),
+            variant: None,
             trial,
         })
         .collect();

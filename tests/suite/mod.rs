@@ -5,3 +5,4 @@ mod pinned_config;
 mod sweep;
 mod traces;
 mod transcripts;
+mod variants;

@@ -16,6 +16,17 @@ pub mod read_file;
 mod walk;
 pub mod write_file;
 
+/// The names of the tools [`register_coding_tools`] registers (what `anvil --tools` and a
+/// sweep variant's `tools` choose from).
+pub const CODING_TOOLS: [&str; 6] = [
+    <read_file::ReadFile as crate::tool::TypedTool>::NAME,
+    <write_file::WriteFile as crate::tool::TypedTool>::NAME,
+    <edit_file::EditFile as crate::tool::TypedTool>::NAME,
+    <glob::GlobTool as crate::tool::TypedTool>::NAME,
+    <grep::GrepTool as crate::tool::TypedTool>::NAME,
+    <bash::Bash as crate::tool::TypedTool>::NAME,
+];
+
 /// Registers read_file, write_file, edit_file, glob, grep and bash, all sharing one
 /// [`FileAccess`] (and so one freshness record); bash runs inside `sandbox` and redacts its
 /// output with the registry's redactor as it reads it (set the redactor first).

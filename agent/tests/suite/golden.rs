@@ -135,6 +135,7 @@ fn scenario(setup: Setup<'_>) -> Scenario {
         cwd: ws.clone(),
         platform: "linux".into(),
         instructions: discover_instructions(&ws, None),
+        append: None,
     };
     let provider = Arc::new(ScriptedProvider::new(setup.script));
     let agent = Agent::new(

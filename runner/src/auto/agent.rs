@@ -82,6 +82,7 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
         permission_mode: "bypass",
         mcp_servers: Default::default(),
         max_steps: spec.max_steps,
+        extra_args: Vec::new(),
         // The run's own ledger admits each session (see `run_state::Ledger`).
         max_cost_usd: None,
         timeout: spec.timeout,

@@ -157,6 +157,8 @@ fn record(
         sweep: sweep.to_string(),
         task,
         model,
+        variant: None,
+        adaptive: None,
         trial,
         attempt: 1,
         pass,

@@ -102,6 +102,15 @@ pub struct Cli {
     #[arg(long, value_name = "USD", value_parser = usd, allow_hyphen_values = true)]
     pub max_cost_usd: Option<f64>,
 
+    /// Append TEXT to the system prompt, after the project's instructions.
+    #[arg(long, value_name = "TEXT")]
+    pub append_system_prompt: Option<String>,
+
+    /// Offer the model only these built-in tools (comma-separated, e.g. read_file,grep,bash);
+    /// MCP servers' tools are not affected. An unknown name is an error listing the tools.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+
     /// Work in this directory instead of the current one.
     #[arg(short = 'C', long = "cwd", value_name = "DIR")]
     pub cwd: Option<PathBuf>,

@@ -127,10 +127,12 @@ pub fn build(
         }
     };
     let model = registry.resolve(&name)?;
-    let prompt = PromptBuilder::for_workspace(&cwd);
+    let mut prompt = PromptBuilder::for_workspace(&cwd);
+    prompt.append = cli.append_system_prompt.clone();
     let limits = sandbox_limits(&registry.config().sandbox);
     let redactor = redactor(&registry);
     let mut tools = tools(&cwd, cli.sandbox, None, Arc::clone(&redactor), limits)?;
+    only_tools(cli, &mut tools)?;
     let mcp = crate::cli::mcp::start(
         &registry.config().mcp_servers,
         registry.config().mcp,
@@ -176,6 +178,7 @@ fn build_trial(
     }
     let mut prompt = PromptBuilder::for_workspace(&cwd);
     prompt.instructions = discover_instructions(&cwd, None);
+    prompt.append = cli.append_system_prompt.clone();
     let redactor = redactor(&registry);
     // A trial reads no config file: its commands get anvil's default limits.
     let mut tools = tools(
@@ -185,6 +188,7 @@ fn build_trial(
         Arc::clone(&redactor),
         Limits::default(),
     )?;
+    only_tools(cli, &mut tools)?;
     // The task's MCP servers, inside the same sandbox as its commands; nobody to elicit.
     let mcp = crate::cli::mcp::start_sandboxed(
         &trial.mcp_servers,
@@ -213,6 +217,16 @@ fn build_trial(
         redactor,
         mcp,
     })
+}
+
+/// `--tools`: keeps only the built-in tools named.
+fn only_tools(cli: &Cli, tools: &mut ToolRegistry) -> Result<(), SetupError> {
+    match &cli.tools {
+        Some(names) => tools
+            .retain(names)
+            .map_err(|e| SetupError(format!("--tools: {e}"))),
+        None => Ok(()),
+    }
 }
 
 /// `--max-cost-usd`: holds every model request of the session to a hard budget. A model

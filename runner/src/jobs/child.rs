@@ -42,6 +42,8 @@ pub struct ChildSpec<'a> {
     /// The task's MCP servers (started by the child inside its sandbox).
     pub mcp_servers: std::collections::BTreeMap<String, anvil_llm::mcp_config::McpServerConfig>,
     pub max_steps: u32,
+    /// Further flags (an eval variant's, checked by [`crate::jobs::variant::Variant::check`]).
+    pub extra_args: Vec<String>,
     /// `--max-cost-usd`: the child's own hard budget (a trial's cost cap or its admitted share
     /// of the sweep's budget).
     pub max_cost_usd: Option<f64>,
@@ -170,6 +172,7 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
     if let Some(usd) = spec.max_cost_usd {
         args.extend(["--max-cost-usd".to_string(), usd.to_string()]);
     }
+    args.extend(spec.extra_args.iter().cloned());
     let process = ProcessSpec::new(spec.anvil.display().to_string(), spec.workspace)
         .args(args)
         .env({

@@ -12,12 +12,16 @@ pub mod private_dir;
 pub mod queue;
 /// Sweeps: planning, recording, resuming.
 pub mod sweep;
+/// Sweep files (`anvil-evals run --file`): a sweep's settings in TOML.
+pub mod sweep_file;
 /// Where a sweep's trials keep their transcripts.
 pub mod transcripts;
 /// One eval trial: workspace, agent, grader, record.
 pub mod trial;
 /// Proving a task sound on workspaces prepared as a trial's are.
 pub mod validate;
+/// Variants: named agent configurations, a sweep dimension.
+pub mod variant;
 /// The worker: runs queued trials to recorded results.
 pub mod worker;
 /// A trial's fresh workspace.

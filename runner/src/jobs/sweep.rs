@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::jobs::queue::{self, Db, QueueError, SweepRow, SweepStart, TrialKey};
+use crate::jobs::variant::{Variant, VariantError};
+use anvil_report::adaptive::Design;
 
 /// The anvil commit this binary was built from (`unknown` outside a git checkout; `-dirty`
 /// when it had uncommitted changes).
@@ -38,6 +40,10 @@ pub struct SweepSpec {
     /// infrastructure errors ([`PinnedError::NotPinned`]) and resuming them is refused.
     #[serde(default)]
     pub model_configs: std::collections::BTreeMap<String, SweepModel>,
+    /// Harness variants (a sweep file's `[variants.NAME]`), resolved: every (task, model) runs
+    /// with each. Empty: the trials run with no variant (the task's own settings).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<Variant>,
     pub trials: u32,
     /// Attempts per trial, infrastructure retries included.
     pub max_attempts: u32,
@@ -53,6 +59,14 @@ pub struct SweepSpec {
     /// [`fingerprint`](SweepSpec::fingerprint): a resumed sweep may be given another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost_usd: Option<f64>,
+    /// Each trial's own hard budget in USD (a sweep file's `max_trial_cost_usd`); a task's
+    /// lower `cost_cap_usd` wins. Not part of the [`fingerprint`](SweepSpec::fingerprint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_trial_cost_usd: Option<f64>,
+    /// Adaptive trials (`--target-ci-width`, `--max-trials`): `trials` is the first round, and
+    /// [`next_round`] adds rounds to the cells still too wide. Part of the fingerprint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<Design>,
 }
 
 /// A model of a sweep, pinned.
@@ -89,6 +103,16 @@ pub enum SweepError {
     DuplicateModel { model: String },
     #[error("no task matches '{pattern}'")]
     NoTaskMatches { pattern: String },
+    #[error("no task of {patterns} has any of the tags {tags}")]
+    NoTaskTagged { patterns: String, tags: String },
+    #[error(transparent)]
+    Variant(#[from] VariantError),
+    #[error(transparent)]
+    Design(#[from] anvil_report::adaptive::DesignError),
+    #[error("adaptive trials need {0} too")]
+    AdaptiveHalf(&'static str),
+    #[error("variant {name} is named twice")]
+    DuplicateVariant { name: String },
     #[error("{}: cannot digest the task: {source}", dir.display())]
     Digest {
         dir: PathBuf,
@@ -174,15 +198,72 @@ fn check_share(what: &str, usd: f64, models: &[PinnedModel]) -> Result<(), Sweep
     Ok(())
 }
 
+/// Which tasks a sweep runs: those matching any pattern and, when `tags` are given, having at
+/// least one of them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TaskSelection {
+    pub patterns: Vec<String>,
+    pub tags: Vec<String>,
+}
+
+impl TaskSelection {
+    /// The tasks of one pattern, with no tag filter.
+    pub fn pattern(pattern: &str) -> Self {
+        TaskSelection {
+            patterns: vec![pattern.to_string()],
+            tags: Vec::new(),
+        }
+    }
+
+    /// The selected task directories, sorted, each once.
+    fn dirs(&self) -> Result<Vec<(PathBuf, Task)>, SweepError> {
+        let mut dirs = std::collections::BTreeSet::new();
+        for pattern in &self.patterns {
+            let found = find_tasks(pattern)?;
+            if found.is_empty() {
+                return Err(SweepError::NoTaskMatches {
+                    pattern: pattern.clone(),
+                });
+            }
+            dirs.extend(found);
+        }
+        let mut out = Vec::new();
+        for dir in dirs {
+            let task = Task::load(&dir)?;
+            if self.tags.is_empty() || task.spec.tags.iter().any(|t| self.tags.contains(t)) {
+                out.push((dir, task));
+            }
+        }
+        if out.is_empty() {
+            return Err(SweepError::NoTaskTagged {
+                patterns: self.patterns.join(", "),
+                tags: self.tags.join(", "),
+            });
+        }
+        Ok(out)
+    }
+}
+
 impl SweepSpec {
-    /// Loads and validates the tasks matching `pattern` and digests them; `models` are the
-    /// sweep's models, pinned, in the order given.
+    /// Loads and validates the tasks `selection` names and digests them; `models` are the
+    /// sweep's models, pinned, in the order given; `variants` its harness variants (none:
+    /// the tasks' own settings), each checked.
     pub fn plan(
-        pattern: &str,
+        selection: &TaskSelection,
         models: Vec<PinnedModel>,
+        variants: Vec<Variant>,
         trials: u32,
         max_attempts: u32,
     ) -> Result<SweepSpec, SweepError> {
+        let mut names = std::collections::BTreeSet::new();
+        for variant in &variants {
+            variant.check()?;
+            if !names.insert(variant.name.clone()) {
+                return Err(SweepError::DuplicateVariant {
+                    name: variant.name.clone(),
+                });
+            }
+        }
         let pinned = models;
         let models: Vec<String> = pinned.iter().map(|m| m.name.clone()).collect();
         if trials == 0 {
@@ -205,15 +286,8 @@ impl SweepSpec {
         if models.is_empty() {
             return Err(SweepError::NoModels);
         }
-        let dirs = find_tasks(pattern)?;
-        if dirs.is_empty() {
-            return Err(SweepError::NoTaskMatches {
-                pattern: pattern.to_string(),
-            });
-        }
         let mut tasks = Vec::new();
-        for dir in dirs {
-            let task = Task::load(&dir)?;
+        for (_, task) in selection.dirs()? {
             // A task's cost cap is a hard budget for each trial: every model needs pricing,
             // and room for at least one request.
             if let Some(cap) = task.spec.cost_cap_usd {
@@ -248,11 +322,58 @@ impl SweepSpec {
                 .into_iter()
                 .map(|m| (m.name.clone(), SweepModel::new(m)))
                 .collect(),
+            variants,
             trials,
             max_attempts,
             artifacts: None,
             max_cost_usd: None,
+            max_trial_cost_usd: None,
+            adaptive: None,
         })
+    }
+
+    /// Runs the sweep adaptively: `trials` is the first round, and more rounds go to the
+    /// (task, model, variant) cells whose 95% interval is wider than `target_ci_width`, up to
+    /// `max_trials` each.
+    pub fn with_adaptive(
+        mut self,
+        target_ci_width: Option<f64>,
+        max_trials: Option<u32>,
+    ) -> Result<SweepSpec, SweepError> {
+        self.adaptive = match (target_ci_width, max_trials) {
+            (None, None) => None,
+            (Some(width), Some(max)) => Some(Design::new(self.trials, width, max)?),
+            (Some(_), None) => return Err(SweepError::AdaptiveHalf("--max-trials")),
+            (None, Some(_)) => return Err(SweepError::AdaptiveHalf("--target-ci-width")),
+        };
+        Ok(self)
+    }
+
+    /// Holds each trial to a hard budget of `usd` (every model needs pricing, and room for
+    /// one request).
+    pub fn with_trial_cap(mut self, usd: Option<f64>) -> Result<SweepSpec, SweepError> {
+        if let Some(usd) = usd {
+            let pinned: Vec<PinnedModel> = self
+                .model_configs
+                .values()
+                .map(|m| m.config.clone())
+                .collect();
+            if let Some(m) = pinned.iter().find(|m| m.pricing.is_none()) {
+                return Err(SweepError::Unpriced {
+                    model: m.name.clone(),
+                    why: format!("a ${usd} budget per trial (max_trial_cost_usd)"),
+                });
+            }
+            check_share("max_trial_cost_usd", usd, &pinned)?;
+        }
+        self.max_trial_cost_usd = usd;
+        Ok(self)
+    }
+
+    /// A trial's own cap: the task's `cost_cap_usd` and the sweep's `max_trial_cost_usd`,
+    /// whichever is lower.
+    pub fn trial_cap(&self, task_cap: Option<f64>) -> Option<f64> {
+        lower_cap(task_cap, self.max_trial_cost_usd)
     }
 
     /// Holds the sweep to a hard budget of `usd` (every model needs pricing).
@@ -268,7 +389,7 @@ impl SweepSpec {
                     why: format!("the sweep's ${usd} budget (--max-cost-usd)"),
                 });
             }
-            let trials = self.tasks.len() * self.models.len() * self.trials as usize;
+            let trials = self.trial_count();
             let pinned: Vec<PinnedModel> = self
                 .model_configs
                 .values()
@@ -289,18 +410,40 @@ impl SweepSpec {
     /// `None` without a sweep budget.
     pub fn trial_share(&self, task_cap: Option<f64>) -> Option<f64> {
         let max = self.max_cost_usd?;
-        let trials = self.tasks.len() as f64 * self.models.len() as f64 * f64::from(self.trials);
-        Some(task_cap.unwrap_or(max / trials.max(1.0)))
+        Some(
+            self.trial_cap(task_cap)
+                .unwrap_or(max / self.trial_count().max(1) as f64),
+        )
+    }
+
+    /// Every trial of the sweep: tasks × models × variants (at least one) × trials.
+    pub fn trial_count(&self) -> usize {
+        self.tasks.len() * self.models.len() * self.variants.len().max(1) * self.trials as usize
+    }
+
+    /// The variant named `name`, when the sweep has it.
+    pub fn variant(&self, name: &str) -> Option<&Variant> {
+        self.variants.iter().find(|v| v.name == name)
     }
 
     /// What a resumed sweep must match: tasks with their digests, models and trials.
     pub fn fingerprint(&self) -> String {
-        let identity = serde_json::json!({
+        let mut identity = serde_json::json!({
             "tasks": self.tasks.iter().map(|t| (&t.name, &t.digests)).collect::<Vec<_>>(),
             "models": self.models,
             "model_configs": self.model_configs,
             "trials": self.trials,
         });
+        // Only when there are variants: a sweep without them keeps the fingerprint it was
+        // started with before there were variants, so it can still be resumed.
+        if let Some(fields) = identity.as_object_mut() {
+            if !self.variants.is_empty() {
+                fields.insert("variants".into(), serde_json::json!(self.variants));
+            }
+            if let Some(design) = &self.adaptive {
+                fields.insert("adaptive".into(), serde_json::json!(design));
+            }
+        }
         hex::encode(Sha256::digest(identity.to_string().as_bytes()))
     }
 
@@ -357,6 +500,46 @@ impl SweepSpec {
                 _ => {}
             }
         }
+        if self.variants != stored.variants {
+            let names = |v: &[Variant]| {
+                v.iter()
+                    .map(|v| v.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            if names(&self.variants) == names(&stored.variants) {
+                for (new, old) in self.variants.iter().zip(&stored.variants) {
+                    let changed = new.changes_from(old);
+                    if !changed.is_empty() {
+                        out.push(format!(
+                            "variant {}'s {} changed",
+                            new.name,
+                            changed.join(", ")
+                        ));
+                    }
+                }
+            } else {
+                out.push(format!(
+                    "variants {} instead of {}",
+                    names(&self.variants),
+                    names(&stored.variants)
+                ));
+            }
+        }
+        if self.adaptive != stored.adaptive {
+            let show = |d: &Option<Design>| match d {
+                Some(d) => format!(
+                    "rounds of {} to width {} (at most {})",
+                    d.round, d.target_ci_width, d.max_trials
+                ),
+                None => "not adaptive".to_string(),
+            };
+            out.push(format!(
+                "adaptive design {} instead of {}",
+                show(&self.adaptive),
+                show(&stored.adaptive)
+            ));
+        }
         if self.trials != stored.trials {
             out.push(format!(
                 "{} trials instead of {}",
@@ -366,18 +549,26 @@ impl SweepSpec {
         out.join("; ")
     }
 
-    /// Every (task, model, trial) of the sweep.
+    /// Every (task, model, variant, trial) of the sweep.
     pub fn keys(&self, sweep: &str) -> Vec<TrialKey> {
+        let variants: Vec<Option<String>> = if self.variants.is_empty() {
+            vec![None]
+        } else {
+            self.variants.iter().map(|v| Some(v.name.clone())).collect()
+        };
         let mut keys = Vec::new();
         for task in &self.tasks {
             for model in &self.models {
-                for trial in 0..self.trials {
-                    keys.push(TrialKey {
-                        sweep: sweep.to_string(),
-                        task: task.name.clone(),
-                        model: model.clone(),
-                        trial,
-                    });
+                for variant in &variants {
+                    for trial in 0..self.trials {
+                        keys.push(TrialKey {
+                            sweep: sweep.to_string(),
+                            task: task.name.clone(),
+                            model: model.clone(),
+                            variant: variant.clone(),
+                            trial,
+                        });
+                    }
                 }
             }
         }
@@ -413,6 +604,82 @@ impl SweepSpec {
             sweep: row.id.clone(),
             source,
         })
+    }
+}
+
+/// One adaptive round: which cells get more trials.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Round {
+    /// The trials added.
+    pub keys: Vec<TrialKey>,
+    /// Cells that got them.
+    pub cells: usize,
+}
+
+/// Adds the next round of an adaptive sweep whose trials have all finished: `design.round`
+/// more trials (at most up to `max_trials`) for each cell whose rule says go on, enqueued.
+/// An empty round means the sweep is done.
+pub async fn next_round(db: &Db, id: &str, spec: &SweepSpec) -> Result<Round, SweepError> {
+    let Some(design) = spec.adaptive else {
+        return Ok(Round::default());
+    };
+    let mut round = Round::default();
+    for cell in db.cells(id).await? {
+        let Some(trials) = goes_on(&design, &cell) else {
+            continue;
+        };
+        round.cells += 1;
+        let variant = Some(cell.variant).filter(|v| !v.is_empty());
+        for trial in trials..trials + design.next_round(trials) {
+            round.keys.push(TrialKey {
+                sweep: id.to_string(),
+                task: cell.task.clone(),
+                model: cell.model.clone(),
+                variant: variant.clone(),
+                trial,
+            });
+        }
+    }
+    if !round.keys.is_empty() {
+        db.add_trials(&round.keys).await?;
+        queue::enqueue(db, &round.keys, spec.max_attempts).await?;
+    }
+    Ok(round)
+}
+
+/// Whether `cell` gets another round under `design`: its trial count when it does.
+fn goes_on(design: &Design, cell: &queue::Cell) -> Option<u32> {
+    let (trials, graded, passed) = (
+        u32::try_from(cell.trials).unwrap_or(0),
+        u32::try_from(cell.graded).unwrap_or(0),
+        u32::try_from(cell.passed).unwrap_or(0),
+    );
+    (trials < design.max_trials && design.goes_on(passed, graded)).then_some(trials)
+}
+
+/// How many trials the next round of the adaptive sweep `row` would add, when nobody has
+/// enqueued it (its `run` was stopped between rounds): 0 for a sweep that is not adaptive or
+/// is done.
+/// Such a sweep is not finished — `anvil-evals run --sweep ID` resumes its rounds — and its
+/// estimates would not be the unbiased ones.
+pub async fn pending_rounds(db: &Db, row: &SweepRow) -> Result<usize, SweepError> {
+    let Some(design) = SweepSpec::from_row(row)?.adaptive else {
+        return Ok(0);
+    };
+    Ok(db
+        .cells(&row.id)
+        .await?
+        .iter()
+        .filter_map(|c| goes_on(&design, c))
+        .map(|trials| design.next_round(trials) as usize)
+        .sum())
+}
+
+/// The lower of two optional caps (either alone when the other is `None`).
+pub fn lower_cap(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -533,10 +800,13 @@ mod tests {
                 SweepModel::new(pinned("https://a.example")),
             )]
             .into(),
+            variants: Vec::new(),
             trials: 3,
             max_attempts: 3,
             artifacts: None,
             max_cost_usd: None,
+            max_trial_cost_usd: None,
+            adaptive: None,
         }
     }
 
@@ -622,5 +892,48 @@ mod tests {
         let keys = s.keys("sw");
         assert_eq!(keys.len(), 6);
         assert_eq!(keys[5].to_string(), "sw/t/n#2");
+        assert_eq!(s.trial_count(), 6);
+    }
+
+    fn variant(name: &str) -> Variant {
+        Variant {
+            name: name.into(),
+            system_prompt_append: Some("Run the tests.".into()),
+            tools: None,
+            permission_mode: None,
+            max_steps: None,
+            args: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn variants_are_a_dimension_of_the_keys_and_of_the_fingerprint() {
+        let plain = spec("g");
+        let mut s = spec("g");
+        s.variants = vec![variant("control"), variant("tests")];
+        let keys = s.keys("sw");
+        assert_eq!(keys.len(), 6);
+        assert_eq!(s.trial_count(), 6);
+        assert_eq!(keys[0].to_string(), "sw/t/m/control#0");
+        assert_eq!(keys[5].to_string(), "sw/t/m/tests#2");
+        assert_ne!(plain.fingerprint(), s.fingerprint());
+        let mut changed = s.clone();
+        changed.variants[1].system_prompt_append = Some("Other.".into());
+        assert_ne!(s.fingerprint(), changed.fingerprint());
+        assert_eq!(
+            changed.difference(&s),
+            "variant tests's system_prompt_append changed"
+        );
+        assert_eq!(plain.difference(&s), "variants  instead of control,tests");
+    }
+
+    #[test]
+    fn a_sweep_without_variants_keeps_its_old_fingerprint() {
+        // The fingerprint a sweep started before variants existed was stored with: resuming it
+        // must still match.
+        assert_eq!(
+            spec("g").fingerprint(),
+            "98712d142824d15282660d5e49491290033dd9bd95ed62744c990f55323945a5"
+        );
     }
 }

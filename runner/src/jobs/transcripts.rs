@@ -12,7 +12,8 @@
 //!   overwrites the transcript of the attempt it retries. The child `anvil` creates the file
 //!   new (an existing one is refused) and writes it record by record: a trial that fails or
 //!   runs out of time keeps what it wrote, torn at most in its last line, which loading
-//!   leaves out.
+//!   leaves out. A trial of a variant (a sweep file's `[variants.NAME]`) keeps its
+//!   transcripts one level further down, in `<artifacts>/<task>/<model>/<variant>/`.
 //! - The directory is hidden from every trial's sandbox, like the workspaces root: it holds
 //!   the other trials of the same task, and so possibly a passing solution.
 //!
@@ -23,6 +24,8 @@
 //! [`SweepSpec::artifacts`]: crate::jobs::sweep::SweepSpec::artifacts
 
 use std::path::{Path, PathBuf};
+
+use crate::jobs::queue::TrialKey;
 
 /// Where sweeps' artifact directories go on this machine: `<DIR>/sweeps` with
 /// `--workspaces DIR`, else `<data dir>/anvil/sweeps`; `None` when there is no data directory.
@@ -40,13 +43,48 @@ pub fn artifacts(root: &Path, sweep: &str) -> PathBuf {
 }
 
 /// The directory of (`task`, `model`)'s transcripts.
-pub fn dir(artifacts: &Path, task: &str, model: &str) -> PathBuf {
-    artifacts.join(component(task)).join(component(model))
+pub fn dir(artifacts: &Path, task: &str, model: &str, variant: Option<&str>) -> PathBuf {
+    let dir = artifacts.join(component(task)).join(component(model));
+    match variant {
+        Some(variant) => dir.join(component(variant)),
+        None => dir,
+    }
 }
 
-/// The transcript of `attempt` of trial `trial` of (`task`, `model`).
-pub fn transcript(artifacts: &Path, task: &str, model: &str, trial: u32, attempt: u32) -> PathBuf {
-    dir(artifacts, task, model).join(file_name(trial, attempt))
+/// The transcript of `attempt` of trial `trial` of (`task`, `model`, `variant`).
+pub fn transcript(
+    artifacts: &Path,
+    task: &str,
+    model: &str,
+    variant: Option<&str>,
+    trial: u32,
+    attempt: u32,
+) -> PathBuf {
+    dir(artifacts, task, model, variant).join(file_name(trial, attempt))
+}
+
+/// The transcript of `attempt` of the trial `key`.
+pub fn of(artifacts: &Path, key: &TrialKey, attempt: u32) -> PathBuf {
+    transcript(
+        artifacts,
+        &key.task,
+        &key.model,
+        key.variant.as_deref(),
+        key.trial,
+        attempt,
+    )
+}
+
+/// [`latest`] for the trial `key`.
+pub fn latest_of(artifacts: &Path, key: &TrialKey, attempt: u32) -> Option<PathBuf> {
+    latest(
+        artifacts,
+        &key.task,
+        &key.model,
+        key.variant.as_deref(),
+        key.trial,
+        attempt,
+    )
 }
 
 /// `<trial>.jsonl` for the first attempt, `<trial>.attempt-<n>.jsonl` for a later one.
@@ -64,12 +102,13 @@ pub fn latest(
     artifacts: &Path,
     task: &str,
     model: &str,
+    variant: Option<&str>,
     trial: u32,
     attempt: u32,
 ) -> Option<PathBuf> {
     (1..=attempt.max(1))
         .rev()
-        .map(|a| transcript(artifacts, task, model, trial, a))
+        .map(|a| transcript(artifacts, task, model, variant, trial, a))
         .find(|p| p.is_file())
 }
 
@@ -101,14 +140,18 @@ mod tests {
     fn a_retry_never_shares_a_file_with_the_attempt_it_retries() {
         let a = Path::new("/d/sweeps/s1");
         assert_eq!(
-            transcript(a, "py-fix", "sonnet", 0, 1),
+            transcript(a, "py-fix", "sonnet", None, 0, 1),
             Path::new("/d/sweeps/s1/py-fix/sonnet/0.jsonl")
         );
         assert_eq!(
-            transcript(a, "py-fix", "sonnet", 0, 2),
+            transcript(a, "py-fix", "sonnet", None, 0, 2),
             Path::new("/d/sweeps/s1/py-fix/sonnet/0.attempt-2.jsonl")
         );
         assert_eq!(artifacts(Path::new("/d/sweeps"), "s1"), a);
+        assert_eq!(
+            transcript(a, "py-fix", "sonnet", Some("run-tests"), 0, 1),
+            Path::new("/d/sweeps/s1/py-fix/sonnet/run-tests/0.jsonl")
+        );
     }
 
     #[test]
@@ -127,14 +170,17 @@ mod tests {
     #[test]
     fn the_newest_attempt_on_disk_is_found() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(latest(dir.path(), "t", "m", 3, 2), None);
-        let first = transcript(dir.path(), "t", "m", 3, 1);
+        assert_eq!(latest(dir.path(), "t", "m", None, 3, 2), None);
+        let first = transcript(dir.path(), "t", "m", None, 3, 1);
         std::fs::create_dir_all(first.parent().unwrap()).unwrap();
         std::fs::write(&first, "").unwrap();
-        assert_eq!(latest(dir.path(), "t", "m", 3, 3), Some(first.clone()));
-        let second = transcript(dir.path(), "t", "m", 3, 2);
+        assert_eq!(
+            latest(dir.path(), "t", "m", None, 3, 3),
+            Some(first.clone())
+        );
+        let second = transcript(dir.path(), "t", "m", None, 3, 2);
         std::fs::write(&second, "").unwrap();
-        assert_eq!(latest(dir.path(), "t", "m", 3, 3), Some(second));
-        assert_eq!(latest(dir.path(), "t", "m", 3, 1), Some(first));
+        assert_eq!(latest(dir.path(), "t", "m", None, 3, 3), Some(second));
+        assert_eq!(latest(dir.path(), "t", "m", None, 3, 1), Some(first));
     }
 }

@@ -30,6 +30,7 @@ use crate::jobs::child::{self, ChildError, ChildRun, ChildSpec};
 use crate::jobs::queue::{Admission, Db, QueueError, TrialJob};
 use crate::jobs::sweep::{ANVIL_GIT_SHA, PinnedError, SweepError, SweepSpec};
 use crate::jobs::transcripts;
+use crate::jobs::variant::Variant;
 use crate::jobs::worker::{TrialEnd, TrialHandler};
 use crate::jobs::workspace::{self, WorkspaceError};
 
@@ -51,6 +52,8 @@ pub enum TrialError {
     Task(#[from] LocalTaskError),
     #[error("model {model} is not part of this sweep")]
     ModelNotInSweep { model: String },
+    #[error("variant {variant} is not part of this sweep")]
+    VariantNotInSweep { variant: String },
     #[error(transparent)]
     Pinned(#[from] PinnedError),
     #[error("model {model} needs {var}, which is not set on worker {host} (pid {pid})")]
@@ -156,6 +159,12 @@ struct SweepContext {
     tasks: HashMap<String, Result<Arc<LocalTask>, LocalTaskError>>,
     /// Each model's pinned configuration, or why the sweep has none usable.
     models: HashMap<String, Result<Arc<PinnedModel>, PinnedError>>,
+    /// The sweep's `max_trial_cost_usd`.
+    trial_cap: Option<f64>,
+    /// The sweep's adaptive design, which every record carries.
+    design: Option<anvil_report::adaptive::Design>,
+    /// The sweep's variants, by name.
+    variants: HashMap<String, Arc<Variant>>,
     /// Trials in the sweep: a trial of a task without a cost cap reserves an even share of
     /// the sweep's budget.
     trials: usize,
@@ -238,7 +247,14 @@ impl AgentTrials {
             artifacts,
             tasks,
             models,
-            trials: spec.tasks.len() * spec.models.len() * spec.trials as usize,
+            variants: spec
+                .variants
+                .iter()
+                .map(|v| (v.name.clone(), Arc::new(v.clone())))
+                .collect(),
+            trials: spec.trial_count(),
+            trial_cap: spec.max_trial_cost_usd,
+            design: spec.adaptive,
         });
         if let Ok(mut map) = self.sweeps.lock() {
             map.insert(sweep.to_string(), ctx.clone());
@@ -261,6 +277,7 @@ impl AgentTrials {
             sweep: job.sweep.clone(),
             task: job.task.clone(),
             model: job.model.clone(),
+            variant: job.variant.clone(),
             trial: job.trial,
             attempt,
             pass: None,
@@ -288,6 +305,7 @@ impl AgentTrials {
             check_outcome: None,
             tamper: Vec::new(),
             grader_sandbox: None,
+            adaptive: None,
             trace_id: None,
         }
     }
@@ -328,6 +346,23 @@ impl AgentTrials {
                 model: name.to_string(),
             }),
         }
+    }
+
+    /// The job's variant (`None`: the sweep has none), or why it cannot be run.
+    fn variant(ctx: &SweepContext, job: &TrialJob) -> Result<Option<Arc<Variant>>, TrialError> {
+        match &job.variant {
+            None => Ok(None),
+            Some(name) => ctx.variants.get(name).cloned().map(Some).ok_or_else(|| {
+                TrialError::VariantNotInSweep {
+                    variant: name.clone(),
+                }
+            }),
+        }
+    }
+
+    /// The adaptive design of the job's sweep, if it has one and has been loaded already.
+    fn cached_design(&self, job: &TrialJob) -> Option<anvil_report::adaptive::Design> {
+        self.sweeps.lock().ok()?.get(&job.sweep)?.design
     }
 
     /// The digest of the job's pinned model, if its sweep has been loaded already.
@@ -378,18 +413,20 @@ impl AgentTrials {
         if let Some(reason) = self.unsupported(&model) {
             return Self::infra(job, attempt, digests, reason);
         }
+        let variant = match Self::variant(&ctx, job) {
+            Ok(v) => v,
+            Err(e) => return Self::infra(job, attempt, digests, e),
+        };
         // The trial's budget: its share of the sweep's, admitted in the queue database before
         // anything runs (a trial not admitted is recorded `budget_exceeded`, never graded), or
         // else the task's cost cap.
         let key = job.key();
+        let cap = crate::jobs::sweep::lower_cap(task.spec.cost_cap_usd, ctx.trial_cap);
         let max_cost_usd = match self.db.sweep_spend(&job.sweep).await {
             Err(e) => return Self::infra(job, attempt, digests, e.into()),
-            Ok(None) => task.spec.cost_cap_usd,
+            Ok(None) => cap,
             Ok(Some(spend)) => {
-                let share = task
-                    .spec
-                    .cost_cap_usd
-                    .unwrap_or(spend.max_usd / ctx.trials.max(1) as f64);
+                let share = cap.unwrap_or(spend.max_usd / ctx.trials.max(1) as f64);
                 match self.db.admit_trial(&key, share).await {
                     Err(e) => return Self::infra(job, attempt, digests, e.into()),
                     Ok(Admission::Refused(spend)) => {
@@ -419,6 +456,7 @@ impl AgentTrials {
                 &ctx,
                 &local,
                 &model,
+                variant.as_deref(),
                 max_cost_usd,
                 cancel,
                 started,
@@ -431,10 +469,7 @@ impl AgentTrials {
             _ => {
                 let artifacts = Self::transcript_dir(&ctx, job).ok();
                 artifacts.and_then(|a| {
-                    child::transcript_cost(&transcripts::transcript(
-                        &a, &job.task, &job.model, job.trial, attempt,
-                    ))
-                    .0
+                    child::transcript_cost(&transcripts::of(&a, &job.key(), attempt)).0
                 })
             }
         };
@@ -453,6 +488,7 @@ impl AgentTrials {
         ctx: &SweepContext,
         local: &LocalTask,
         model: &PinnedModel,
+        variant: Option<&Variant>,
         max_cost_usd: Option<f64>,
         cancel: CancellationToken,
         started: Instant,
@@ -461,7 +497,10 @@ impl AgentTrials {
         let task = &local.task;
         // A worker killed mid-trial leaves its workspace; whoever runs next clears it.
         self.workspaces.remove_stale();
-        let label = format!("{}-{}-{}-a{attempt}", job.task, job.model, job.trial);
+        let label = match &job.variant {
+            Some(v) => format!("{}-{}-{v}-{}-a{attempt}", job.task, job.model, job.trial),
+            None => format!("{}-{}-{}-a{attempt}", job.task, job.model, job.trial),
+        };
         let ws = {
             let _span = tracing::info_span!("workspace").entered();
             match self
@@ -473,9 +512,7 @@ impl AgentTrials {
             }
         };
         let transcript = match Self::transcript_dir(ctx, job) {
-            Ok(artifacts) => {
-                transcripts::transcript(&artifacts, &job.task, &job.model, job.trial, attempt)
-            }
+            Ok(artifacts) => transcripts::of(&artifacts, &job.key(), attempt),
             Err(e) => return self.keep_after_failure(Self::infra(job, attempt, digests, e), ws),
         };
         let agent_started = Instant::now();
@@ -483,6 +520,7 @@ impl AgentTrials {
             .run_agent(
                 task,
                 model,
+                variant,
                 ws.path(),
                 ctx.artifacts.as_deref(),
                 &transcript,
@@ -585,7 +623,7 @@ impl AgentTrials {
             .ok_or_else(|| TrialError::NoArtifacts {
                 sweep: job.sweep.clone(),
             })?;
-        let dir = transcripts::dir(&artifacts, &job.task, &job.model);
+        let dir = transcripts::dir(&artifacts, &job.task, &job.model, job.variant.as_deref());
         // Only this user may write on the way: a directory someone else controls could be
         // swapped for a symlink that sends the transcripts elsewhere.
         crate::jobs::private_dir::ensure(&dir).map_err(|source| TrialError::Artifacts {
@@ -602,9 +640,9 @@ impl AgentTrials {
         let ctx = self.sweeps.lock().ok()?.get(&job.sweep).cloned()?;
         let artifacts = ctx.artifacts.as_deref()?;
         let path = if latest {
-            transcripts::latest(artifacts, &job.task, &job.model, job.trial, attempt)?
+            transcripts::latest_of(artifacts, &job.key(), attempt)?
         } else {
-            let own = transcripts::transcript(artifacts, &job.task, &job.model, job.trial, attempt);
+            let own = transcripts::of(artifacts, &job.key(), attempt);
             own.is_file().then_some(own)?
         };
         Some(path.display().to_string())
@@ -640,6 +678,7 @@ impl AgentTrials {
         &self,
         task: &Task,
         model: &PinnedModel,
+        variant: Option<&Variant>,
         workspace: &Path,
         artifacts: Option<&Path>,
         transcript: &Path,
@@ -666,9 +705,16 @@ impl AgentTrials {
             readable: Vec::new(),
             transcript,
             prompt: &task.spec.prompt,
-            permission_mode: task.spec.permission_mode.name(),
+            // A variant's settings replace the task's.
+            permission_mode: variant
+                .and_then(|v| v.permission_mode)
+                .unwrap_or(task.spec.permission_mode)
+                .name(),
             mcp_servers: task.spec.mcp_servers.clone(),
-            max_steps: task.spec.max_steps,
+            max_steps: variant
+                .and_then(|v| v.max_steps)
+                .unwrap_or(task.spec.max_steps),
+            extra_args: variant.map(Variant::extra_args).unwrap_or_default(),
             max_cost_usd,
             timeout: Duration::from_secs(task.spec.timeout_secs),
             // The child continues this trial's trace (the `agent` span it runs in).
@@ -728,6 +774,7 @@ impl TrialHandler for AgentTrials {
                     record.digests.model_config = digest;
                 }
                 record.trace_id = trace_id;
+                record.adaptive = self.cached_design(job);
                 let infra = record.infra_error.is_some();
                 record.session_path = self.kept_transcript(job, attempt, infra);
             }
@@ -751,6 +798,7 @@ impl TrialHandler for AgentTrials {
         if let Some(digest) = self.cached_model_digest(job) {
             record.digests.model_config = digest;
         }
+        record.adaptive = self.cached_design(job);
         record.session_path = self.kept_transcript(job, attempt, true);
         record
     }

@@ -32,21 +32,22 @@ pub enum Admission {
 /// Float sums that fit exactly must not be refused for a rounding error.
 const EPSILON: f64 = 1e-9;
 
-/// `sqlx::query(sql)` with `key` bound as `$1`..`$4` (sweep, task, model, trial).
+/// `sqlx::query(sql)` with `key` bound as `$1`..`$5` (sweep, task, model, variant, trial).
 macro_rules! keyed {
     ($sql:expr, $key:expr) => {
         sqlx::query($sql)
             .bind(&$key.sweep)
             .bind(&$key.task)
             .bind(&$key.model)
+            .bind($key.variant_column())
             .bind(i64::from($key.trial))
     };
 }
 
-/// The trial's row, `$1`..`$4` being its key.
+/// The trial's row, `$1`..`$5` being its key.
 macro_rules! trial {
     () => {
-        "sweep = $1 AND task = $2 AND model = $3 AND trial = $4"
+        "sweep = $1 AND task = $2 AND model = $3 AND variant = $4 AND trial = $5"
     };
 }
 
@@ -66,13 +67,13 @@ const CLEAR: &str = concat!(
 /// The share, reserved only if it fits.
 const RESERVE: &str = "UPDATE anvil_sweep_budgets SET reserved_usd = reserved_usd + $2 \
      WHERE sweep = $1 AND spent_usd + reserved_usd + $2 <= max_usd + $3";
-const MARK: &str = concat!("UPDATE anvil_trials SET reserved_usd = $5 WHERE ", trial!());
-/// The trial's reservation settled with its cost (`$5`; NULL keeps the whole share as spent).
+const MARK: &str = concat!("UPDATE anvil_trials SET reserved_usd = $6 WHERE ", trial!());
+/// The trial's reservation settled with its cost (`$6`; NULL keeps the whole share as spent).
 const SETTLE: &str = concat!(
     "UPDATE anvil_sweep_budgets SET ",
     "reserved_usd = reserved_usd - (SELECT reserved_usd FROM anvil_trials WHERE ",
     trial!(),
-    "), spent_usd = spent_usd + COALESCE($5, (SELECT reserved_usd FROM anvil_trials WHERE ",
+    "), spent_usd = spent_usd + COALESCE($6, (SELECT reserved_usd FROM anvil_trials WHERE ",
     trial!(),
     ")) WHERE sweep = $1 AND EXISTS (SELECT 1 FROM anvil_trials WHERE ",
     trial!(),

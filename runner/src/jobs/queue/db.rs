@@ -243,6 +243,85 @@ fn sqlite_busy(e: &sqlx::Error) -> bool {
 mod tests {
     use super::*;
 
+    /// A queue made before variants keeps every trial, with all its columns, when the
+    /// variants migration rebuilds the table (SQLite cannot change a primary key in place).
+    #[tokio::test]
+    async fn the_variants_migration_keeps_every_trial() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("queue.db");
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .unwrap()
+            .filename(&path)
+            .create_if_missing(true);
+        let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+        let mut before = anvil_migrator(false);
+        before.migrations = before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 20261226000001)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        before.run(&pool).await.unwrap();
+        sqlx::query(
+            "INSERT INTO anvil_trials (sweep, task, model, trial, state, attempt, worker, \
+             started_at_ms, finished_at_ms, last_error, record, pass, reserved_usd) \
+             VALUES ('s', 't', 'm', 3, 'done', 2, 'w', 10, 20, 'e', '{}', 1, 0.5)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+
+        let db = Db::open(&QueueLocation::Sqlite(path), 2).await.unwrap();
+        let Db::Sqlite(pool) = &db else {
+            unreachable!("a SQLite queue")
+        };
+        let key: (String, String, String, String, i64, String, i64) = sqlx::query_as(
+            "SELECT sweep, task, model, variant, trial, state, attempt FROM anvil_trials",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            key,
+            (
+                "s".into(),
+                "t".into(),
+                "m".into(),
+                String::new(),
+                3,
+                "done".into(),
+                2
+            )
+        );
+        let rest: (String, i64, i64, String, String, i64, f64) = sqlx::query_as(
+            "SELECT worker, started_at_ms, finished_at_ms, last_error, record, pass, reserved_usd \
+             FROM anvil_trials",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        assert_eq!(rest, ("w".into(), 10, 20, "e".into(), "{}".into(), 1, 0.5));
+        // The same trial of a variant is another row now.
+        let key = |variant: Option<&str>| super::super::TrialKey {
+            sweep: "s".into(),
+            task: "t".into(),
+            model: "m".into(),
+            variant: variant.map(str::to_string),
+            trial: 3,
+        };
+        db.add_trials(&[key(None), key(Some("v"))]).await.unwrap();
+        assert_eq!(
+            db.trial_state(&key(Some("v"))).await.unwrap(),
+            Some((super::super::TrialState::Queued, 0))
+        );
+        assert_eq!(
+            db.trial_state(&key(None)).await.unwrap(),
+            Some((super::super::TrialState::Done, 2))
+        );
+    }
+
     /// sqlx refuses to open a database where an applied migration's text has changed since
     /// (its checksum is stored), so a migration file, comments included, must never be edited
     /// once released: correct it in a new migration. This pins each file's checksum.
@@ -266,6 +345,7 @@ mod tests {
                 (20261215000001, "ff7a24c72c8f6164".to_string()),
                 (20261216000001, "8a58acf9a6f6f897".to_string()),
                 (20261220000001, "3beffc20978bbbf1".to_string()),
+                (20261226000001, "0fdfce0e5e82252d".to_string()),
             ]
         );
         assert_eq!(
@@ -277,6 +357,7 @@ mod tests {
                 (20261215000001, "fd4f2a3577fa9e1a".to_string()),
                 (20261216000001, "c024515f7044f735".to_string()),
                 (20261220000001, "817ddbffba34ad8b".to_string()),
+                (20261226000001, "e3aed2631d3bef53".to_string()),
             ]
         );
     }

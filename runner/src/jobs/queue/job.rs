@@ -44,12 +44,16 @@ pub(crate) fn jobs_table(db: &Db) -> &'static str {
     }
 }
 
-/// One (task, model, trial) of a sweep.
+/// One (task, model, variant, trial) of a sweep.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TrialJob {
     pub sweep: String,
     pub task: String,
     pub model: String,
+    /// The harness variant; absent in sweeps without variants (and in jobs queued before
+    /// there were any).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub trial: u32,
     /// The sweep's attempt limit (infrastructure retries included).
     pub max_attempts: u32,
@@ -61,16 +65,25 @@ impl TrialJob {
             sweep: self.sweep.clone(),
             task: self.task.clone(),
             model: self.model.clone(),
+            variant: self.variant.clone(),
             trial: self.trial,
         }
     }
 
     /// Drops duplicate pushes of the same trial (a resumed `run` pushes every unfinished one).
+    /// Without a variant it is what it was before there were variants (jobs already queued
+    /// keep theirs).
     fn idempotency_key(&self) -> String {
-        format!(
-            "{}\u{1f}{}\u{1f}{}\u{1f}{}",
-            self.sweep, self.task, self.model, self.trial
-        )
+        match &self.variant {
+            None => format!(
+                "{}\u{1f}{}\u{1f}{}\u{1f}{}",
+                self.sweep, self.task, self.model, self.trial
+            ),
+            Some(variant) => format!(
+                "{}\u{1f}{}\u{1f}{}\u{1f}{variant}\u{1f}{}",
+                self.sweep, self.task, self.model, self.trial
+            ),
+        }
     }
 }
 
@@ -80,6 +93,7 @@ impl TrialJob {
             sweep: key.sweep.clone(),
             task: key.task.clone(),
             model: key.model.clone(),
+            variant: key.variant.clone(),
             trial: key.trial,
             max_attempts,
         }

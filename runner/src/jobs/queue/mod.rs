@@ -12,6 +12,7 @@
 
 mod budget;
 mod db;
+mod history;
 pub(crate) mod job;
 mod location;
 mod store;
@@ -20,12 +21,13 @@ mod watch;
 pub use budget::{Admission, SweepSpend};
 pub use db::Db;
 pub(crate) use db::on_pool;
+pub use history::{SweepCost, SweepHistory, utc_minute};
 pub use job::{QUEUE_NAME, TrialJob, enqueue};
 pub(crate) use job::{jobs_table, on_storage, schedule_retry};
 pub use location::{DEFAULT_FILE, QueueLocation};
 pub use store::{
-    Counts, RunningTrial, SweepRow, SweepStart, SweepSummary, TrialKey, TrialState, WorkerRow,
-    now_ms,
+    Cell, Counts, RunningTrial, SweepRow, SweepStart, SweepSummary, TrialKey, TrialState,
+    WorkerRow, now_ms,
 };
 pub use watch::{CHECK_TIMEOUT, DbWatch};
 

@@ -23,16 +23,27 @@ pub struct TrialKey {
     pub sweep: String,
     pub task: String,
     pub model: String,
+    /// The harness variant (a sweep file's `[variants.NAME]`), `None` in a sweep without
+    /// variants. Stored as `''` for none: the column is part of the primary key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub trial: u32,
+}
+
+impl TrialKey {
+    /// The `variant` column's value: the variant's name, `''` for none.
+    pub(crate) fn variant_column(&self) -> &str {
+        self.variant.as_deref().unwrap_or("")
+    }
 }
 
 impl fmt::Display for TrialKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}#{}",
-            self.sweep, self.task, self.model, self.trial
-        )
+        write!(f, "{}/{}/{}", self.sweep, self.task, self.model)?;
+        if let Some(variant) = &self.variant {
+            write!(f, "/{variant}")?;
+        }
+        write!(f, "#{}", self.trial)
     }
 }
 
@@ -149,6 +160,20 @@ pub struct WorkerRow {
     pub stopped: bool,
 }
 
+/// One (task, model, variant) of a sweep: how many trials it has and how they went.
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
+pub struct Cell {
+    pub task: String,
+    pub model: String,
+    /// `''` for no variant.
+    pub variant: String,
+    /// Trial rows, whatever their state.
+    pub trials: i64,
+    /// Graded trials (done with a verdict).
+    pub graded: i64,
+    pub passed: i64,
+}
+
 /// A sweep in the list of sweeps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepSummary {
@@ -165,6 +190,7 @@ struct KeyRow {
     sweep: String,
     task: String,
     model: String,
+    variant: String,
     trial: i64,
 }
 
@@ -174,6 +200,7 @@ impl From<KeyRow> for TrialKey {
             sweep: row.sweep,
             task: row.task,
             model: row.model,
+            variant: Some(row.variant).filter(|v| !v.is_empty()),
             trial: row.trial.max(0) as u32,
         }
     }
@@ -335,8 +362,8 @@ impl Db {
 
     /// Adds trial rows that are not there yet (one transaction).
     pub async fn add_trials(&self, keys: &[TrialKey]) -> Result<(), QueueError> {
-        const SQL: &str = "INSERT INTO anvil_trials (sweep, task, model, trial, state, attempt) \
-             VALUES ($1, $2, $3, $4, 'queued', 0) ON CONFLICT (sweep, task, model, trial) DO NOTHING";
+        const SQL: &str = "INSERT INTO anvil_trials (sweep, task, model, variant, trial, state, attempt) \
+             VALUES ($1, $2, $3, $4, $5, 'queued', 0) ON CONFLICT (sweep, task, model, variant, trial) DO NOTHING";
         on_pool!(self, pool => {
             let mut tx = pool.begin().await.map_err(QueueError::sql("adding trials"))?;
             for key in keys {
@@ -344,6 +371,7 @@ impl Db {
                     .bind(&key.sweep)
                     .bind(&key.task)
                     .bind(&key.model)
+                    .bind(key.variant_column())
                     .bind(i64::from(key.trial))
                     .execute(&mut *tx)
                     .await
@@ -355,8 +383,8 @@ impl Db {
 
     /// Trials of `sweep` that have not finished.
     pub async fn unfinished_trials(&self, sweep: &str) -> Result<Vec<TrialKey>, QueueError> {
-        const SQL: &str = "SELECT sweep, task, model, trial FROM anvil_trials \
-             WHERE sweep = $1 AND state IN ('queued', 'running', 'retrying') ORDER BY task, model, trial";
+        const SQL: &str = "SELECT sweep, task, model, variant, trial FROM anvil_trials \
+             WHERE sweep = $1 AND state IN ('queued', 'running', 'retrying') ORDER BY task, model, variant, trial";
         let rows: Vec<KeyRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await)
                 .map_err(QueueError::sql(format!("listing trials of {sweep}")))?;
@@ -369,11 +397,12 @@ impl Db {
         key: &TrialKey,
     ) -> Result<Option<(TrialState, u32)>, QueueError> {
         const SQL: &str = "SELECT state, attempt FROM anvil_trials \
-             WHERE sweep = $1 AND task = $2 AND model = $3 AND trial = $4";
+             WHERE sweep = $1 AND task = $2 AND model = $3 AND variant = $4 AND trial = $5";
         let row: Option<StateRow> = on_pool!(self, pool => sqlx::query_as(SQL)
             .bind(&key.sweep)
             .bind(&key.task)
             .bind(&key.model)
+            .bind(key.variant_column())
             .bind(i64::from(key.trial))
             .fetch_optional(pool)
             .await)
@@ -389,14 +418,15 @@ impl Db {
         attempt: u32,
         worker: &str,
     ) -> Result<bool, QueueError> {
-        const SQL: &str = "UPDATE anvil_trials SET state = 'running', attempt = $5, worker = $6, \
-             started_at_ms = $7, finished_at_ms = NULL \
-             WHERE sweep = $1 AND task = $2 AND model = $3 AND trial = $4 \
-             AND state IN ('queued', 'running', 'retrying') AND attempt < $5";
+        const SQL: &str = "UPDATE anvil_trials SET state = 'running', attempt = $6, worker = $7, \
+             started_at_ms = $8, finished_at_ms = NULL \
+             WHERE sweep = $1 AND task = $2 AND model = $3 AND variant = $4 AND trial = $5 \
+             AND state IN ('queued', 'running', 'retrying') AND attempt < $6";
         let n = on_pool!(self, pool => sqlx::query(SQL)
             .bind(&key.sweep)
             .bind(&key.task)
             .bind(&key.model)
+            .bind(key.variant_column())
             .bind(i64::from(key.trial))
             .bind(i64::from(attempt))
             .bind(worker)
@@ -420,9 +450,9 @@ impl Db {
         error: Option<&str>,
     ) -> Result<bool, QueueError> {
         const SQL: &str = "INSERT INTO anvil_trials \
-             (sweep, task, model, trial, state, attempt, finished_at_ms, last_error, record, pass) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (sweep, task, model, trial) DO UPDATE SET \
+             (sweep, task, model, variant, trial, state, attempt, finished_at_ms, last_error, record, pass) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+             ON CONFLICT (sweep, task, model, variant, trial) DO UPDATE SET \
              state = excluded.state, attempt = excluded.attempt, finished_at_ms = excluded.finished_at_ms, \
              last_error = excluded.last_error, record = COALESCE(excluded.record, anvil_trials.record), \
              pass = CASE WHEN excluded.record IS NULL THEN anvil_trials.pass ELSE excluded.pass END \
@@ -441,6 +471,7 @@ impl Db {
             .bind(&key.sweep)
             .bind(&key.task)
             .bind(&key.model)
+            .bind(key.variant_column())
             .bind(i64::from(key.trial))
             .bind(state.as_str())
             .bind(i64::from(attempt))
@@ -501,18 +532,30 @@ impl Db {
         Ok(counts)
     }
 
+    /// Every (task, model, variant) of `sweep` with its trial counts, in key order.
+    pub async fn cells(&self, sweep: &str) -> Result<Vec<Cell>, QueueError> {
+        const SQL: &str = "SELECT task, model, variant, COUNT(*) AS trials, \
+             SUM(CASE WHEN state = 'done' AND pass IS NOT NULL THEN 1 ELSE 0 END) AS graded, \
+             SUM(CASE WHEN pass = 1 THEN 1 ELSE 0 END) AS passed \
+             FROM anvil_trials WHERE sweep = $1 GROUP BY task, model, variant \
+             ORDER BY task, model, variant";
+        on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await).map_err(
+            QueueError::sql(format!("counting the trials of {sweep} by task")),
+        )
+    }
+
     /// The trial records of a sweep (finished trials: graded or infra errors), in key order.
     pub async fn records(&self, sweep: &str) -> Result<Vec<String>, QueueError> {
         const SQL: &str = "SELECT record FROM anvil_trials \
              WHERE sweep = $1 AND state IN ('done', 'infra_error') AND record IS NOT NULL \
-             ORDER BY task, model, trial";
+             ORDER BY task, model, variant, trial";
         on_pool!(self, pool => sqlx::query_scalar(SQL).bind(sweep).fetch_all(pool).await)
             .map_err(QueueError::sql(format!("reading the results of {sweep}")))
     }
 
     /// Trials being run now, in `sweep` or in every sweep.
     pub async fn running(&self, sweep: Option<&str>) -> Result<Vec<RunningTrial>, QueueError> {
-        const SQL: &str = "SELECT sweep, task, model, trial, attempt, worker, started_at_ms \
+        const SQL: &str = "SELECT sweep, task, model, variant, trial, attempt, worker, started_at_ms \
              FROM anvil_trials WHERE state = 'running' AND ($1 IS NULL OR sweep = $1) \
              ORDER BY started_at_ms";
         let rows: Vec<RunningRow> =
