@@ -857,7 +857,11 @@ async fn a_sweep_budget_admits_what_fits(postgres: bool) {
     assert_eq!(refused["outcome"], "budget_exceeded", "{refused}");
     assert!(refused["pass"].is_null(), "{refused}");
     assert!(refused["infra_error"].is_null(), "{refused}");
-    assert_eq!(refused["schema_version"], 3, "{refused}");
+    assert_eq!(
+        refused["schema_version"],
+        anvil_report::SCHEMA_VERSION,
+        "{refused}"
+    );
 
     let out = output(s.command(&["report", "--sweep", "budget", "--format", "json"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

@@ -134,7 +134,7 @@ async fn a_timed_out_trial_keeps_its_transcript() {
         (Some("timeout"), &Value::Bool(false)),
         "{r}"
     );
-    assert_eq!(r["schema_version"], 3, "{r}");
+    assert_eq!(r["schema_version"], anvil_report::SCHEMA_VERSION, "{r}");
     // Killed at its wall-clock cap mid-request: its cost is its transcript's ledger, the
     // request cut off kept at its reservation, so an estimate, never unknown or 0.
     assert_eq!(r["accounting"], "estimated", "{r}");
