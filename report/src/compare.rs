@@ -250,6 +250,39 @@ pub fn mde(diffs: &[f64]) -> Option<f64> {
     Some(((t.inverse_cdf(0.975) + t.inverse_cdf(MDE_POWER)) * se).min(1.0))
 }
 
+/// For each arm both runs have, a note when the model configurations it ran with differ (the
+/// pinned `model_config` digests): the comparison is then of two configurations under one name.
+pub(crate) fn changed_configs(current: &Trials, baseline: &Trials) -> Vec<String> {
+    let configs = |trials: &Trials| {
+        let mut out: BTreeMap<(String, Option<String>), BTreeSet<String>> = BTreeMap::new();
+        for row in &trials.rows {
+            let arm = (
+                trials.models.name(row.key.model).to_string(),
+                trials.variant(row.key.variant).map(str::to_string),
+            );
+            let entry = out.entry(arm).or_default();
+            if let Some(c) = row.model_config {
+                entry.insert(trials.model_configs.name(c).to_string());
+            }
+        }
+        out
+    };
+    let (cur, base) = (configs(current), configs(baseline));
+    cur.iter()
+        .filter_map(|(arm, mine)| {
+            let theirs = base.get(arm)?;
+            (!mine.is_empty() && !theirs.is_empty() && mine != theirs).then(|| {
+                format!(
+                    "baseline: {} ran with another model configuration than in the baseline \
+                     (model_config digests differ): the comparison is of two configurations \
+                     under one name",
+                    crate::aggregate::label(&arm.0, arm.1.as_deref())
+                )
+            })
+        })
+        .collect()
+}
+
 /// Tasks both runs have whose digests differ, with the parts that changed.
 fn changed_tasks(current: &Trials, baseline: &Trials) -> Vec<ExcludedTask> {
     let cur = task_digests(current);

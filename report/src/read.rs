@@ -36,6 +36,7 @@ struct Part {
     models: Names,
     variants: Names,
     digests: Names,
+    model_configs: Names,
     /// Where a record's digest key is built (no allocation per record).
     scratch: String,
     /// The adaptive designs seen (records without one as `None`), each once.
@@ -118,6 +119,8 @@ impl Part {
                 detail,
                 session,
                 digest,
+                model_config: (!r.digests.model_config.is_empty())
+                    .then(|| self.model_configs.id(&r.digests.model_config)),
             });
         }
         Ok(())
@@ -257,6 +260,7 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
     let models = remap(&mut trials.models, &part.models);
     let variants = remap(&mut trials.variants, &part.variants);
     let digests = remap(&mut trials.digests, &part.digests);
+    let model_configs = remap(&mut trials.model_configs, &part.model_configs);
     let details_before = trials.details.len() as u32;
     trials.details.extend(part.details);
     let sessions_before = trials.sessions.len() as u32;
@@ -270,6 +274,7 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
             trial: r.key.trial,
         },
         digest: r.digest.map(|d| digests[d as usize]),
+        model_config: r.model_config.map(|d| model_configs[d as usize]),
         line: r.line + lines_before,
         detail: r.detail.map(|d| d + details_before),
         session: r.session.map(|s| s + sessions_before),

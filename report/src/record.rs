@@ -300,6 +300,9 @@ pub struct DigestsView<'a> {
     pub grader: std::borrow::Cow<'a, str>,
     #[serde(borrow, default)]
     pub dependencies: std::borrow::Cow<'a, str>,
+    /// The pinned model configuration's digest (compared, not part of the task's identity).
+    #[serde(borrow, default)]
+    pub model_config: std::borrow::Cow<'a, str>,
 }
 
 impl RecordView<'_> {

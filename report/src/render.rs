@@ -9,7 +9,7 @@ use std::path::Path;
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
 use crate::aggregate::TrialResult;
-use crate::aggregate::{ModelReport, label};
+use crate::aggregate::{ModelReport, TaskCell, label};
 use crate::compare::{Comparison, Verdict};
 use crate::intervals::Interval;
 use crate::links::href;
@@ -78,19 +78,12 @@ pub fn table(r: &Report) -> String {
         for task in names {
             let mut row = vec![task.to_string()];
             for m in &r.models {
-                row.push(match m.cells.iter().find(|c| c.task == task) {
-                    Some(c) => {
-                        let mut cell = format!("{}/{}", c.c, c.n);
-                        if c.tampered > 0 {
-                            let _ = write!(cell, " ({} tampered)", c.tampered);
-                        }
-                        if c.infra_errors > 0 {
-                            let _ = write!(cell, " (+{} infra)", c.infra_errors);
-                        }
-                        cell
-                    }
-                    None => "—".into(),
-                });
+                row.push(
+                    m.cells
+                        .iter()
+                        .find(|c| c.task == task)
+                        .map_or("—".into(), cell_text),
+                );
             }
             cells.add_row(row);
         }
@@ -187,6 +180,19 @@ pub fn table(r: &Report) -> String {
         );
     }
     out
+}
+
+/// A (model, task) cell as the table and Markdown show it: `passed/graded`, then tampered and
+/// infrastructure failures when there are any.
+pub(crate) fn cell_text(c: &TaskCell) -> String {
+    let mut cell = format!("{}/{}", c.c, c.n);
+    if c.tampered > 0 {
+        let _ = write!(cell, " ({} tampered)", c.tampered);
+    }
+    if c.infra_errors > 0 {
+        let _ = write!(cell, " (+{} infra)", c.infra_errors);
+    }
+    cell
 }
 
 /// A model's line of the summary table as the table and Markdown show it: `label` as given

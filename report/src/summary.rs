@@ -137,6 +137,7 @@ pub fn report_with(trials: &Trials, ks: &[u32], options: ReportOptions<'_>) -> R
     let (comparisons, excluded) = match baseline {
         Some(b) => {
             let (c, e) = against_baseline(trials, &stats, b, &metrics);
+            notes.extend(crate::compare::changed_configs(trials, b));
             (Some(c), e)
         }
         None => (None, Vec::new()),

@@ -46,6 +46,9 @@ pub(crate) struct Row {
     pub(crate) session: Option<u32>,
     /// Index into `Trials::digests`: the task digests it ran on, when its record has them.
     pub(crate) digest: Option<u32>,
+    /// Index into `Trials::model_configs`: its pinned model configuration's digest, when
+    /// its record has one.
+    pub(crate) model_config: Option<u32>,
 }
 
 /// What a report lists about a trial beyond its counts.
@@ -100,6 +103,8 @@ pub struct Trials {
     pub(crate) variants: Names,
     /// Task digests, each as `task:repo:grader:dependencies`.
     pub(crate) digests: Names,
+    /// Model configuration digests.
+    pub(crate) model_configs: Names,
     /// The adaptive design every record carries, when they all carry the same one
     /// ([`crate::adaptive`]); `None` otherwise (a mix is said in the notes).
     pub(crate) design: Option<crate::adaptive::Design>,

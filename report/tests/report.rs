@@ -722,3 +722,35 @@ fn variants_are_arms_compared_paired_by_task() {
     assert_eq!(r.variants[0].verdict, Verdict::Regression);
     assert!(render::table(&r).contains("Variants against their reference"));
 }
+
+/// A model alias re-pointed between two sweeps is compared as before, and the report says the
+/// comparison is of two configurations.
+#[test]
+fn a_changed_model_configuration_is_named() {
+    let with_config = |text: String, config: &str| -> String {
+        text.lines()
+            .map(|l| {
+                let mut r: TrialRecord = serde_json::from_str(l).unwrap();
+                r.digests.model_config = config.into();
+                serde_json::to_string(&r).unwrap() + "\n"
+            })
+            .collect()
+    };
+    let base = with_config(jsonl("alpha", &[3, 3, 3], None), "config-a");
+    let now = with_config(jsonl("alpha", &[3, 3, 3], None), "config-b");
+    let r = report(&trials(&now), &[1], Some(&trials(&base)));
+    assert_eq!(r.baseline.as_ref().unwrap()[0].tasks, 3, "still compared");
+    assert!(
+        r.notes
+            .iter()
+            .any(|n| n.contains("alpha ran with another model configuration")),
+        "{:?}",
+        r.notes
+    );
+    let same = report(&trials(&base), &[1], Some(&trials(&base)));
+    assert!(
+        !same.notes.iter().any(|n| n.contains("model configuration")),
+        "{:?}",
+        same.notes
+    );
+}

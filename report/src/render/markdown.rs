@@ -327,19 +327,12 @@ fn per_task(out: &mut String, r: &Report) {
     for task in &tasks[..shown] {
         let mut cells = vec![md(task)];
         for m in &r.models {
-            cells.push(match m.cells.iter().find(|c| c.task == *task) {
-                Some(c) => {
-                    let mut cell = format!("{}/{}", c.c, c.n);
-                    if c.tampered > 0 {
-                        let _ = write!(cell, " ({} tampered)", c.tampered);
-                    }
-                    if c.infra_errors > 0 {
-                        let _ = write!(cell, " (+{} infra)", c.infra_errors);
-                    }
-                    cell
-                }
-                None => "—".into(),
-            });
+            cells.push(
+                m.cells
+                    .iter()
+                    .find(|c| c.task == *task)
+                    .map_or("—".into(), super::cell_text),
+            );
         }
         row(out, &cells);
     }
