@@ -25,7 +25,8 @@ fn text_answer(text: &str) -> String {
     )
 }
 
-fn write_answer() -> String {
+/// The scripted answer that solves a sweep task: write_file answer.txt holding 42.
+pub fn write_answer() -> String {
     let input = json!({"file_path": "answer.txt", "content": "42\n"});
     anthropic_sse::tool_use(
         "toolu_write_1",

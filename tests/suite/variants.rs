@@ -37,13 +37,7 @@ async fn hint_server() -> ScriptedServer {
         let sse = if after_tool {
             anthropic_sse::text("Done.", usage)
         } else if system.contains("HINT-42") && offered.contains(&"write_file") {
-            anthropic_sse::tool_use(
-                "toolu_1",
-                "write_file",
-                &json!({"file_path": "answer.txt", "content": "42\n"}),
-                "tool_use",
-                usage,
-            )
+            support::write_answer()
         } else {
             anthropic_sse::text("I cannot work out the answer.", usage)
         };
@@ -315,13 +309,7 @@ async fn flaky_server() -> ScriptedServer {
                 .is_multiple_of(2),
         };
         let sse = if writes {
-            anthropic_sse::tool_use(
-                "toolu_1",
-                "write_file",
-                &json!({"file_path": "answer.txt", "content": "42\n"}),
-                "tool_use",
-                usage,
-            )
+            support::write_answer()
         } else {
             anthropic_sse::text("Done.", usage)
         };

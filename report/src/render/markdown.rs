@@ -40,6 +40,17 @@ fn row(out: &mut String, cells: &[String]) {
     let _ = writeln!(out, "| {} |", cells.join(" | "));
 }
 
+/// A table's header row and its alignment row: `align` has one letter per column, `l` for
+/// left-aligned, anything else for right-aligned.
+fn head(out: &mut String, header: &[String], align: &str) {
+    row(out, header);
+    let marks: Vec<String> = align
+        .chars()
+        .map(|c| if c == 'l' { ":---" } else { "---:" }.to_string())
+        .collect();
+    row(out, &marks);
+}
+
 /// Δ, MDE and verdict as every format shows them, a regression in bold.
 fn cells(c: &Comparison) -> [String; 3] {
     let cells = super::ComparisonCells::of(c);
@@ -102,7 +113,7 @@ pub fn markdown(r: &Report, results: &str, baseline: Option<&str>) -> String {
         if base.is_empty() {
             out.push_str("No model and metric shared with the baseline.\n");
         } else {
-            row(
+            head(
                 &mut out,
                 &[
                     "model",
@@ -116,13 +127,7 @@ pub fn markdown(r: &Report, results: &str, baseline: Option<&str>) -> String {
                     "verdict",
                 ]
                 .map(String::from),
-            );
-            row(
-                &mut out,
-                &[
-                    ":---", ":---", "---:", "---:", "---:", "---:", "---:", "---:", ":---",
-                ]
-                .map(String::from),
+                "llrrrrrrl",
             );
             for c in base {
                 let [d, m, v] = cells(c);
@@ -146,7 +151,7 @@ pub fn markdown(r: &Report, results: &str, baseline: Option<&str>) -> String {
 
     if !r.variants.is_empty() {
         out.push_str("\n## Between variants (paired by task)\n\n");
-        row(
+        head(
             &mut out,
             &[
                 "model",
@@ -160,13 +165,7 @@ pub fn markdown(r: &Report, results: &str, baseline: Option<&str>) -> String {
                 "verdict",
             ]
             .map(String::from),
-        );
-        row(
-            &mut out,
-            &[
-                ":---", ":---", ":---", "---:", "---:", "---:", "---:", "---:", ":---",
-            ]
-            .map(String::from),
+            "lllrrrrrl",
         );
         for c in &r.variants {
             let [d, m, v] = cells(c);
@@ -287,10 +286,7 @@ fn models(out: &mut String, r: &Report) {
         .to_vec();
     header.extend(metrics.iter().map(|m| md(m)));
     header.extend(["mean steps", "mean cost", "p50 duration"].map(String::from));
-    row(out, &header);
-    let mut align = vec![":---".to_string()];
-    align.extend((1..header.len()).map(|_| "---:".to_string()));
-    row(out, &align);
+    head(out, &header, &format!("l{}", "r".repeat(header.len() - 1)));
     for m in &r.models {
         row(out, &super::model_cells(m, &md(&m.label()), "\\$"));
     }
@@ -320,10 +316,7 @@ fn per_task(out: &mut String, r: &Report) {
     );
     let mut header = vec!["task".to_string()];
     header.extend(r.models.iter().map(|m| md(&m.label())));
-    row(out, &header);
-    let mut align = vec![":---".to_string()];
-    align.extend(r.models.iter().map(|_| "---:".to_string()));
-    row(out, &align);
+    head(out, &header, &format!("l{}", "r".repeat(r.models.len())));
     for task in &tasks[..shown] {
         let mut cells = vec![md(task)];
         for m in &r.models {
