@@ -3,6 +3,9 @@
 # every grade runs in it; without it anvil refuses rather than run unconfined), and tmux for
 # the interactive-terminal test, and (--tests) the OTLP receiver of the trace tests, the MCP
 # servers of the MCP tests and the MCP conformance suite. Used by the README's main command and by scripts/test.sh.
+# Optional: --screenshot installs Chromium (and ImageMagick to trim the picture) for
+# scripts/screenshot-report.sh, which renders an HTML report in a real browser; nothing else
+# needs them.
 set -euo pipefail
 
 need=()
@@ -11,6 +14,10 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v python3 >/dev/null 2>&1 || need+=(python3)
 if [[ "${1:-}" == "--tests" ]]; then
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
+fi
+if [[ "${1:-}" == "--screenshot" ]]; then
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  convert -version 2>/dev/null | grep -q ImageMagick || need+=(imagemagick)
 fi
 if [[ ${#need[@]} -gt 0 ]]; then
   if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null 2>&1; then

@@ -449,12 +449,15 @@ fn main() -> ExitCode {
                 (None, Some(sweep)) => format!("sweep {sweep}"),
                 (None, None) => String::new(),
             };
+            // What the queue knows of trials that left no record (cancelled, unfinished).
+            let mut unrecorded = None;
             let current = match (results, sweep) {
                 (Some(results), _) => read_trials(&results, options),
                 (None, Some(sweep)) => rt
                     .block_on(sweeps::sweep_records(queue.as_deref(), &sweep))
                     .map_err(|e| format!("{e:#}"))
-                    .and_then(|records| {
+                    .and_then(|(records, u)| {
+                        unrecorded = Some(u);
                         Trials::read_with(records.join("\n").as_bytes(), &sweep, options)
                             .map_err(|e| e.to_string())
                     }),
@@ -480,7 +483,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let r = anvil_report::report_with(
+            let mut r = anvil_report::report_with(
                 &current,
                 &k,
                 anvil_report::ReportOptions {
@@ -488,6 +491,9 @@ fn main() -> ExitCode {
                     reference_variant: reference_variant.as_deref(),
                 },
             );
+            if let Some(u) = unrecorded {
+                r.account_unrecorded(u);
+            }
             if let Some(name) = &reference_variant
                 && !r.models.iter().any(|m| m.variant.as_deref() == Some(name))
             {
@@ -534,7 +540,15 @@ fn main() -> ExitCode {
             let mut text = match format {
                 Format::Table => render::table(&r),
                 Format::Json => render::json(&r),
-                Format::Html => render::html_at(&r, out_dir.as_deref()),
+                Format::Html => render::html_with(
+                    &r,
+                    &render::HtmlOptions {
+                        out_dir: out_dir.as_deref(),
+                        results: Some(&source),
+                        baseline: base.as_ref().map(|b| b.label.as_str()),
+                        generated: Some(&render::utc_now()),
+                    },
+                ),
                 Format::Markdown => {
                     let baseline = base.as_ref().map(|b| b.label.clone());
                     render::markdown(&r, &source, baseline.as_deref())

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anvil_grader::GradeOptions;
+use anvil_report::coverage::Unrecorded;
 use anvil_runner::jobs::queue::{
     CHECK_TIMEOUT, Counts, Db, DbWatch, QueueLocation, TrialState, now_ms,
 };
@@ -566,7 +567,9 @@ pub async fn run(mut args: RunArgs) -> Result<ExitCode> {
     let records = db.records(&id).await?;
     let trials = anvil_report::Trials::read(records.join("\n").as_bytes(), &id)
         .map_err(|e| anyhow!("reading the results of {id}: {e}"))?;
-    let report = anvil_report::report(&trials, &settings.k, baseline.as_ref().map(|b| &b.trials));
+    let mut report =
+        anvil_report::report(&trials, &settings.k, baseline.as_ref().map(|b| &b.trials));
+    report.account_unrecorded(unrecorded(&counts));
     if let Some(b) = &baseline {
         eprintln!("compared against {}", b.label);
     }
@@ -746,7 +749,7 @@ pub async fn export(
     output: Option<&Path>,
     with_sessions: Option<&Path>,
 ) -> Result<ExitCode> {
-    let records = sweep_records(queue, sweep).await?;
+    let (records, _) = sweep_records(queue, sweep).await?;
     if let Some(dir) = with_sessions {
         // The transcripts are copied only from where the sweep keeps them: its recorded
         // artifact directory (a sweep from before those were recorded: this machine's rule).
@@ -813,13 +816,23 @@ pub async fn export(
     Ok(ExitCode::SUCCESS)
 }
 
-/// The JSONL trial records of a finished (or partly finished) sweep.
-pub async fn sweep_records(queue: Option<&str>, sweep: &str) -> Result<Vec<String>> {
+/// The JSONL trial records of a finished (or partly finished) sweep, and what the queue knows
+/// of its trials that left none.
+pub async fn sweep_records(queue: Option<&str>, sweep: &str) -> Result<(Vec<String>, Unrecorded)> {
     let (db, location) = open_existing(queue, 2).await?;
     if db.sweep(sweep).await?.is_none() {
         bail!("no sweep '{sweep}' in {location} (run `anvil-evals status` to list them)");
     }
-    Ok(db.records(sweep).await?)
+    let counts = db.counts(sweep).await?;
+    Ok((db.records(sweep).await?, unrecorded(&counts)))
+}
+
+/// The trials that left no record, for a report that graded none to say why.
+fn unrecorded(counts: &Counts) -> Unrecorded {
+    Unrecorded {
+        cancelled: counts.get(TrialState::Cancelled),
+        unfinished: counts.total() - counts.finished(),
+    }
 }
 
 pub async fn cancel(queue: Option<&str>, sweep: &str) -> Result<ExitCode> {

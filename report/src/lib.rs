@@ -9,6 +9,8 @@ pub mod adaptive;
 pub mod aggregate;
 /// Paired comparison against a baseline.
 pub mod compare;
+/// What a report covers (sweeps, anvil builds, totals) and why none was graded.
+pub mod coverage;
 /// pass@k and pass^k per task.
 pub mod estimators;
 /// CI gates on a report (`--fail-on regression`, `--fail-on 'pass@1<0.6'`).

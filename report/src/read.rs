@@ -37,6 +37,7 @@ struct Part {
     variants: Names,
     digests: Names,
     model_configs: Names,
+    anvil_shas: Names,
     /// Where a record's digest key is built (no allocation per record).
     scratch: String,
     /// The adaptive designs seen (records without one as `None`), each once.
@@ -84,6 +85,7 @@ impl Part {
                 }
                 self.digests.id(&self.scratch)
             });
+            self.anvil_shas.id(&r.anvil_git_sha);
             if !self.designs.contains(&r.adaptive) {
                 self.designs.push(r.adaptive);
             }
@@ -261,6 +263,7 @@ fn merge(trials: &mut Trials, part: Part, lines_before: usize) {
     let variants = remap(&mut trials.variants, &part.variants);
     let digests = remap(&mut trials.digests, &part.digests);
     let model_configs = remap(&mut trials.model_configs, &part.model_configs);
+    remap(&mut trials.anvil_shas, &part.anvil_shas);
     let details_before = trials.details.len() as u32;
     trials.details.extend(part.details);
     let sessions_before = trials.sessions.len() as u32;

@@ -285,8 +285,9 @@ pub struct RecordView<'a> {
     /// What the trial ran on: a baseline is compared only on tasks whose digests match.
     #[serde(borrow)]
     pub digests: DigestsView<'a>,
-    #[serde(rename = "anvil_git_sha")]
-    _anvil_git_sha: serde::de::IgnoredAny,
+    /// The anvil build that ran the trial (reports name the builds they cover).
+    #[serde(borrow)]
+    pub anvil_git_sha: std::borrow::Cow<'a, str>,
 }
 
 /// The task digests of a record, borrowed ([`Digests`] without the model's).

@@ -1,23 +1,25 @@
 //! Renderers: a terminal table (comfy-table), stable JSON, one self-contained HTML file
-//! (inline SVG: per-model bars with interval whiskers and a task × model heatmap; no scripts,
-//! no external fonts), whose per-task cells link to their trials' transcripts, Markdown for a CI
-//! job summary ([`markdown`]) and JUnit XML, one test case per task × model ([`junit`]).
+//! ([`html`]: a header naming what was read, per-model bars on a 0–100 % axis with interval
+//! whiskers, a task × model heatmap with numbers and a colour legend; no scripts, no external
+//! fonts), whose per-task cells link to their trials' transcripts, Markdown for a CI job
+//! summary ([`markdown`]) and JUnit XML, one test case per task × model ([`junit`]). A report
+//! with no graded trial says why in each of them ([`crate::coverage::NoGraded`]) instead of an
+//! empty table.
 
 use std::fmt::Write;
-use std::path::Path;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 
-use crate::aggregate::TrialResult;
 use crate::aggregate::{ModelReport, TaskCell, label};
 use crate::compare::{Comparison, Verdict};
 use crate::intervals::Interval;
-use crate::links::href;
 use crate::summary::Report;
 
+mod html;
 mod junit;
 mod markdown;
 
+pub use html::{HTML_TASK_LIMIT, HtmlOptions, html, html_at, html_with};
 pub use junit::{JUNIT_DEFAULT_THRESHOLD, JUNIT_LISTED_TRIALS, junit};
 pub use markdown::{MARKDOWN_LIST_LIMIT, MARKDOWN_TASK_LIMIT, markdown};
 
@@ -36,63 +38,11 @@ pub const TABLE_TASK_LIMIT: usize = 40;
 
 pub fn table(r: &Report) -> String {
     let mut out = String::new();
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED);
-    let metric_names: Vec<String> = r
-        .models
-        .first()
-        .map(|m| m.metrics.iter().map(|x| x.metric.to_string()).collect())
-        .unwrap_or_default();
-    let mut header = vec![
-        "model".to_string(),
-        "tasks".into(),
-        "trials".into(),
-        "infra".into(),
-        "tampered".into(),
-    ];
-    header.extend(metric_names.iter().map(|n| format!("{n} (95% CI)")));
-    header.extend([
-        "mean steps".into(),
-        "mean cost".into(),
-        "p50 duration".into(),
-    ]);
-    t.set_header(header);
-    for m in &r.models {
-        t.add_row(model_cells(m, &m.label(), "$"));
-    }
-    let _ = writeln!(out, "{t}");
-    let tasks: usize = r.models.iter().map(|m| m.cells.len()).max().unwrap_or(0);
-    if tasks > 0 && tasks <= TABLE_TASK_LIMIT {
-        let mut cells = Table::new();
-        cells.load_style(UTF8_FULL_CONDENSED);
-        let mut header = vec!["task".to_string()];
-        header.extend(r.models.iter().map(|m| m.label()));
-        cells.set_header(header);
-        let mut names: Vec<&str> = r
-            .models
-            .iter()
-            .flat_map(|m| m.cells.iter().map(|c| c.task.as_str()))
-            .collect();
-        names.sort_unstable();
-        names.dedup();
-        for task in names {
-            let mut row = vec![task.to_string()];
-            for m in &r.models {
-                row.push(
-                    m.cells
-                        .iter()
-                        .find(|c| c.task == task)
-                        .map_or("—".into(), cell_text),
-                );
-            }
-            cells.add_row(row);
+    match &r.coverage.no_graded {
+        Some(why) => {
+            let _ = writeln!(out, "{}", why.message);
         }
-        let _ = writeln!(out, "\nPer task (passed/graded):\n{cells}");
-    } else if tasks > TABLE_TASK_LIMIT {
-        let _ = writeln!(
-            out,
-            "\n({tasks} tasks: per-task cells are in --format json or html)"
-        );
+        None => models_table(&mut out, r),
     }
     if r.infra_errors_total > 0 {
         let _ = writeln!(
@@ -180,6 +130,68 @@ pub fn table(r: &Report) -> String {
         );
     }
     out
+}
+
+/// The table of models, then the per-task cells (up to [`TABLE_TASK_LIMIT`] tasks).
+fn models_table(out: &mut String, r: &Report) {
+    let mut t = Table::new();
+    t.load_style(UTF8_FULL_CONDENSED);
+    let metric_names: Vec<String> = r
+        .models
+        .first()
+        .map(|m| m.metrics.iter().map(|x| x.metric.to_string()).collect())
+        .unwrap_or_default();
+    let mut header = vec![
+        "model".to_string(),
+        "tasks".into(),
+        "trials".into(),
+        "infra".into(),
+        "tampered".into(),
+    ];
+    header.extend(metric_names.iter().map(|n| format!("{n} (95% CI)")));
+    header.extend([
+        "mean steps".into(),
+        "mean cost".into(),
+        "p50 duration".into(),
+    ]);
+    t.set_header(header);
+    for m in &r.models {
+        t.add_row(model_cells(m, &m.label(), "$"));
+    }
+    let _ = writeln!(out, "{t}");
+    let tasks: usize = r.models.iter().map(|m| m.cells.len()).max().unwrap_or(0);
+    if tasks > 0 && tasks <= TABLE_TASK_LIMIT {
+        let mut cells = Table::new();
+        cells.load_style(UTF8_FULL_CONDENSED);
+        let mut header = vec!["task".to_string()];
+        header.extend(r.models.iter().map(|m| m.label()));
+        cells.set_header(header);
+        let mut names: Vec<&str> = r
+            .models
+            .iter()
+            .flat_map(|m| m.cells.iter().map(|c| c.task.as_str()))
+            .collect();
+        names.sort_unstable();
+        names.dedup();
+        for task in names {
+            let mut row = vec![task.to_string()];
+            for m in &r.models {
+                row.push(
+                    m.cells
+                        .iter()
+                        .find(|c| c.task == task)
+                        .map_or("—".into(), cell_text),
+                );
+            }
+            cells.add_row(row);
+        }
+        let _ = writeln!(out, "\nPer task (passed/graded):\n{cells}");
+    } else if tasks > TABLE_TASK_LIMIT {
+        let _ = writeln!(
+            out,
+            "\n({tasks} tasks: per-task cells are in --format json or html)"
+        );
+    }
 }
 
 /// A (model, task) cell as the table and Markdown show it: `passed/graded`, then tampered and
@@ -303,378 +315,32 @@ pub(crate) fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Heatmap rows shown in HTML at most (the JSON has every task).
-pub const HTML_TASK_LIMIT: usize = 300;
-
-/// The transcripts table: one row per task (of `tasks`, ids `transcripts-<index>`, which the
-/// heatmap cells link to), one column per model, each cell `passed/graded` and a link to each
-/// of its trials' transcripts. Nothing when no trial has one.
-fn transcripts(h: &mut String, r: &Report, tasks: &[&str], out_dir: Option<&Path>) {
-    let any = r
-        .models
-        .iter()
-        .any(|m| m.cells.iter().any(|c| !c.transcripts.is_empty()));
-    if !any {
-        return;
-    }
-    h.push_str("<h2>Transcripts</h2><p>Each trial's agent session (read it with <code>anvil replay FILE</code>).</p><table><tr><th>task</th>");
-    for m in &r.models {
-        let _ = write!(h, "<th>{}</th>", esc(&m.label()));
-    }
-    h.push_str("</tr>");
-    for (i, task) in tasks.iter().enumerate() {
-        let _ = write!(h, "<tr id=\"transcripts-{i}\"><td>{}</td>", esc(task));
-        for m in &r.models {
-            let Some(c) = m.cells.iter().find(|c| c.task == *task) else {
-                h.push_str("<td>—</td>");
-                continue;
-            };
-            let _ = write!(h, "<td class=\"trials\">{}/{}", c.c, c.n);
-            for t in &c.transcripts {
-                let mark = match t.result {
-                    TrialResult::Passed => "✓",
-                    TrialResult::Failed => "✗",
-                    TrialResult::Tampered => "tampered",
-                    TrialResult::InfraError => "infra",
-                };
-                let _ = write!(
-                    h,
-                    " <a href=\"{}\" title=\"trial {} attempt {}\">#{}</a>&nbsp;{mark}",
-                    esc(&href(&t.path, out_dir)),
-                    t.trial,
-                    t.attempt,
-                    t.trial
-                );
-            }
-            h.push_str("</td>");
-        }
-        h.push_str("</tr>");
-    }
-    h.push_str("</table>");
+/// `secs` since the Unix epoch as `YYYY-MM-DD HH:MM UTC` (the HTML header's date).
+pub fn utc(secs: i64) -> String {
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60
+    )
 }
 
-/// The HTML report, its transcript links as the records name them (see [`html_at`]).
-pub fn html(r: &Report) -> String {
-    html_at(r, None)
-}
-
-/// The HTML report to be written into the directory `out_dir` (absolute): its transcript
-/// links are relative to it, so the report and the transcripts can move together. With
-/// `None`, or for a transcript path that is not absolute, the link is the path as recorded.
-pub fn html_at(r: &Report, out_dir: Option<&Path>) -> String {
-    let mut h = String::new();
-    let _ = write!(
-        h,
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>anvil eval report</title>\
-         <style>body{{font-family:system-ui,sans-serif;margin:2em;color:#222}}\
-         table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}\
-         th{{background:#f4f4f4}}td:first-child,th:first-child{{text-align:left}}\
-         .reg{{color:#b00;font-weight:bold}}.imp{{color:#070}}td.trials{{text-align:left}}</style></head><body>\
-         <h1>anvil eval report</h1>"
-    );
-    // Summary table.
-    h.push_str(
-        "<table><tr><th>model</th><th>tasks</th><th>trials</th><th>infra</th><th>tampered</th>",
-    );
-    if let Some(m) = r.models.first() {
-        for x in &m.metrics {
-            let _ = write!(h, "<th>{} (95% CI)</th>", esc(&x.metric.to_string()));
-        }
-    }
-    h.push_str("<th>mean steps</th><th>mean cost</th><th>p50 duration</th></tr>");
-    for m in &r.models {
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>",
-            esc(&m.label()),
-            m.tasks,
-            m.graded_trials,
-            m.infra_errors,
-            m.tampered
-        );
-        for x in &m.metrics {
-            let _ = write!(h, "<td>{}{}</td>", pct(x.value), ci(x.ci));
-        }
-        let cost = match m.mean_cost_usd {
-            None => "unknown".to_string(),
-            Some(c) => format!("${c:.4}"),
-        };
-        let _ = write!(
-            h,
-            "<td>{}</td><td>{}</td><td>{}</td></tr>",
-            m.mean_steps.map_or("—".into(), |s| format!("{s:.1}")),
-            cost,
-            m.p50_duration_ms
-                .map_or("—".into(), |d| format!("{:.1}s", d as f64 / 1000.0))
-        );
-    }
-    h.push_str("</table>");
-
-    // Bars with whiskers: pass@1 per model.
-    let bar_h = 28.0;
-    let width = 600.0;
-    let height = bar_h * r.models.len() as f64 + 40.0;
-    let _ = write!(
-        h,
-        "<h2>pass@1 with 95% interval</h2><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{height}\" role=\"img\">",
-        width + 200.0
-    );
-    for (i, m) in r.models.iter().enumerate() {
-        let y = 10.0 + i as f64 * bar_h;
-        let p1 = m.metrics.first();
-        let v = p1.and_then(|x| x.value).unwrap_or(0.0);
-        let _ = write!(
-            h,
-            "<text x=\"0\" y=\"{}\" font-size=\"12\">{}</text>",
-            y + 15.0,
-            esc(&m.label())
-        );
-        let _ = write!(
-            h,
-            "<rect x=\"150\" y=\"{y}\" width=\"{:.1}\" height=\"18\" fill=\"#4a7bd0\"><title>{}: {}</title></rect>",
-            v * width,
-            esc(&m.label()),
-            pct(Some(v))
-        );
-        if let Some(c) = p1.and_then(|x| x.ci) {
-            let (lo, hi) = (
-                150.0 + c.low.max(0.0) * width,
-                150.0 + c.high.min(1.0) * width,
-            );
-            let _ = write!(
-                h,
-                "<line x1=\"{lo:.1}\" x2=\"{hi:.1}\" y1=\"{0}\" y2=\"{0}\" stroke=\"#222\"/><line x1=\"{lo:.1}\" x2=\"{lo:.1}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#222\"/><line x1=\"{hi:.1}\" x2=\"{hi:.1}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#222\"/>",
-                y + 9.0,
-                y + 4.0,
-                y + 14.0
-            );
-        }
-        let _ = write!(
-            h,
-            "<text x=\"{}\" y=\"{}\" font-size=\"12\">{}</text>",
-            160.0 + width,
-            y + 15.0,
-            pct(Some(v))
-        );
-    }
-    h.push_str("</svg>");
-
-    // Heatmap: tasks × models.
-    let mut tasks: Vec<&str> = r
-        .models
-        .iter()
-        .flat_map(|m| m.cells.iter().map(|c| c.task.as_str()))
-        .collect();
-    tasks.sort_unstable();
-    tasks.dedup();
-    let shown = tasks.len().min(HTML_TASK_LIMIT);
-    let cell = 16.0;
-    let left = 220.0;
-    let top = 120.0;
-    let _ = write!(
-        h,
-        "<h2>pass rate by task</h2><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" role=\"img\">",
-        left + cell * r.models.len() as f64 + 20.0,
-        top + cell * shown as f64 + 10.0
-    );
-    for (j, m) in r.models.iter().enumerate() {
-        let x = left + j as f64 * cell + 12.0;
-        let _ = write!(
-            h,
-            "<text x=\"{x}\" y=\"{}\" font-size=\"11\" transform=\"rotate(-60 {x} {})\">{}</text>",
-            top - 6.0,
-            top - 6.0,
-            esc(&m.label())
-        );
-    }
-    for (i, task) in tasks.iter().take(shown).enumerate() {
-        let y = top + i as f64 * cell;
-        let _ = write!(
-            h,
-            "<text x=\"0\" y=\"{}\" font-size=\"11\">{}</text>",
-            y + 12.0,
-            esc(task)
-        );
-        for (j, m) in r.models.iter().enumerate() {
-            let x = left + j as f64 * cell;
-            match m
-                .cells
-                .iter()
-                .find(|c| c.task == *task)
-                .and_then(|c| c.rate.map(|rate| (c, rate)))
-            {
-                Some((c, rate)) => {
-                    // Red (0) to green (1).
-                    let red = (220.0 * (1.0 - rate)) as u8;
-                    let green = (170.0 * rate) as u8 + 40;
-                    // A cell with transcripts links to its row of the transcripts table.
-                    let linked = !c.transcripts.is_empty();
-                    if linked {
-                        let _ = write!(h, "<a href=\"#transcripts-{i}\">");
-                    }
-                    let _ = write!(
-                        h,
-                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"rgb({red},{green},70)\"><title>{} / {}: {}/{}{}</title></rect>",
-                        esc(&m.label()),
-                        esc(task),
-                        c.c,
-                        c.n,
-                        if c.tampered > 0 {
-                            format!(" ({} tampered)", c.tampered)
-                        } else {
-                            String::new()
-                        }
-                    );
-                    if linked {
-                        h.push_str("</a>");
-                    }
-                }
-                None => {
-                    let _ = write!(
-                        h,
-                        "<rect x=\"{x}\" y=\"{y}\" width=\"{cell}\" height=\"{cell}\" fill=\"#ddd\"/>"
-                    );
-                }
-            }
-        }
-    }
-    h.push_str("</svg>");
-    if tasks.len() > shown {
-        let _ = write!(
-            h,
-            "<p>{} more tasks are in the JSON report.</p>",
-            tasks.len() - shown
-        );
-    }
-    transcripts(&mut h, r, &tasks[..shown], out_dir);
-    if r.infra_errors_total > 0 {
-        let _ = write!(
-            h,
-            "<h2>Infrastructure failures ({}), not counted as fails</h2><ul>",
-            r.infra_errors_total
-        );
-        for e in &r.infra_errors {
-            let _ = write!(
-                h,
-                "<li>{} / {} / trial {}: {}</li>",
-                esc(&label(&e.model, e.variant.as_deref())),
-                esc(&e.task),
-                e.trial,
-                esc(&e.reason)
-            );
-        }
-        h.push_str("</ul>");
-    }
-    if r.not_admitted_total > 0 {
-        let _ = write!(
-            h,
-            "<h2>Not admitted by the sweep's budget ({}): never run, neither fails nor infrastructure failures</h2><ul>",
-            r.not_admitted_total
-        );
-        for m in r.models.iter().filter(|m| m.not_admitted > 0) {
-            let _ = write!(h, "<li>{}: {}</li>", esc(&m.label()), m.not_admitted);
-        }
-        h.push_str("</ul>");
-    }
-    if r.tampered_total > 0 {
-        let _ = write!(
-            h,
-            "<h2>Tampered trials ({}): the workspace changed test infrastructure; counted as fails</h2><ul>",
-            r.tampered_total
-        );
-        for t in &r.tampered {
-            let _ = write!(
-                h,
-                "<li>{} / {} / trial {}<ul>",
-                esc(&label(&t.model, t.variant.as_deref())),
-                esc(&t.task),
-                t.trial
-            );
-            if t.findings.is_empty() {
-                h.push_str("<li>no findings recorded</li>");
-            }
-            for f in &t.findings {
-                let _ = write!(
-                    h,
-                    "<li><code>{}</code> {}: {}</li>",
-                    esc(&f.path),
-                    esc(&f.kind),
-                    esc(&f.detail)
-                );
-            }
-            h.push_str("</ul></li>");
-        }
-        if r.tampered_total as usize > r.tampered.len() {
-            let _ = write!(
-                h,
-                "<li>… {} more (not listed)</li>",
-                r.tampered_total as usize - r.tampered.len()
-            );
-        }
-        h.push_str("</ul>");
-    }
-    if !r.notes.is_empty() {
-        h.push_str("<h2>Notes</h2><ul>");
-        for n in &r.notes {
-            let _ = write!(h, "<li>{}</li>", esc(n));
-        }
-        h.push_str("</ul>");
-    }
-    if let Some(base) = &r.baseline {
-        h.push_str("<h2>Against the baseline (paired by task)</h2>");
-        html_comparisons(&mut h, base, "baseline");
-        if !r.baseline_excluded.is_empty() {
-            h.push_str("<p>Left out of the comparison:</p><ul>");
-            for e in &r.baseline_excluded {
-                let _ = write!(h, "<li>{}: {}</li>", esc(&e.task), esc(&e.reason));
-            }
-            h.push_str("</ul>");
-        }
-    }
-    if !r.variants.is_empty() {
-        h.push_str("<h2>Variants against their reference (paired by task)</h2>");
-        html_comparisons(&mut h, &r.variants, "reference");
-    }
-    h.push_str("</body></html>\n");
-    h
-}
-
-/// The HTML table of `rows`; `side` names the column compared against.
-fn html_comparisons(h: &mut String, rows: &[Comparison], side: &str) {
-    let variants = rows.iter().any(|c| c.reference.is_some());
-    let _ = write!(
-        h,
-        "<table><tr><th>model</th><th>metric</th>{}<th>{side}</th><th>current</th><th>Δ (95% CI)</th><th title=\"minimum detectable effect: the smallest difference these tasks would show as significant with 80% power\">MDE</th><th>tasks</th><th>trials</th><th>verdict</th></tr>",
-        if variants { "<th>against</th>" } else { "" }
-    );
-    for c in rows {
-        let cells = ComparisonCells::of(c);
-        let class = match c.verdict {
-            Verdict::Regression => "reg",
-            Verdict::Improvement => "imp",
-            _ => "",
-        };
-        let against = if variants {
-            format!("<td>{}</td>", esc(c.reference.as_deref().unwrap_or("")))
-        } else {
-            String::new()
-        };
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td>{against}<td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} → {}</td><td class=\"{class}\">{}</td></tr>",
-            esc(&c.label()),
-            esc(&c.metric.to_string()),
-            pct(Some(c.baseline)),
-            pct(Some(c.current)),
-            esc(&cells.diff),
-            esc(&cells.mde),
-            c.tasks,
-            c.baseline_trials,
-            c.current_trials,
-            cells.verdict
-        );
-    }
-    h.push_str("</table>");
+/// Now, as [`utc`] writes it.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    utc(secs)
 }
 
 #[cfg(test)]

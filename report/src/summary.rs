@@ -66,6 +66,10 @@ pub struct Report {
     /// The sweep's adaptive design, when its trials were run in rounds (absent otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<crate::adaptive::Design>,
+    /// The sweeps, anvil builds and trial totals covered, and why no trial was graded when
+    /// none was ([`crate::coverage`]; flattened into the JSON).
+    #[serde(flatten)]
+    pub coverage: crate::coverage::Coverage,
 }
 
 /// What a report is built with beyond the trials and the k values.
@@ -209,5 +213,6 @@ pub fn report_with(trials: &Trials, ks: &[u32], options: ReportOptions<'_>) -> R
         baseline_excluded: excluded,
         variants,
         adaptive: trials.design(),
+        coverage: crate::coverage::Coverage::of(trials),
     }
 }

@@ -105,6 +105,8 @@ pub struct Trials {
     pub(crate) digests: Names,
     /// Model configuration digests.
     pub(crate) model_configs: Names,
+    /// The anvil builds (`anvil_git_sha`) the records name.
+    pub(crate) anvil_shas: Names,
     /// The adaptive design every record carries, when they all carry the same one
     /// ([`crate::adaptive`]); `None` otherwise (a mix is said in the notes).
     pub(crate) design: Option<crate::adaptive::Design>,

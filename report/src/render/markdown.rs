@@ -102,8 +102,8 @@ pub fn markdown(r: &Report, results: &str, baseline: Option<&str>) -> String {
         );
     }
 
-    if r.models.is_empty() {
-        out.push_str("No trials were read.\n");
+    if let Some(why) = &r.coverage.no_graded {
+        let _ = writeln!(out, "**{}**", md(&why.message));
     } else {
         models(&mut out, r);
     }
@@ -258,7 +258,9 @@ pub fn markdown(r: &Report, results: &str, baseline: Option<&str>) -> String {
         }
     }
 
-    per_task(&mut out, r);
+    if r.coverage.no_graded.is_none() {
+        per_task(&mut out, r);
+    }
 
     if !r.notes.is_empty() {
         out.push_str("\n## Notes\n\n");
