@@ -195,7 +195,7 @@ fn the_bar_chart_has_an_axis_from_0_to_100_percent_and_every_model_named_in_full
     // One bar row per model, its name in full (breakable at its parts), its value and interval.
     assert_eq!(chart.matches("<th scope=\"row\"").count(), 3);
     assert!(chart.contains(
-        "qwen2.5-<wbr>coder-32b-<wbr>instruct-<wbr>q4_<wbr>k_<wbr>m-<wbr>llama.<wbr>cpp-<wbr>workstation</th>"
+        "<span class=\"nm\">qwen2.5-<wbr>coder-32b-<wbr>instruct-<wbr>q4_k_m-<wbr>llama.cpp-<wbr>workstation</span></th>"
     ));
     assert!(chart.contains(&format!("<title>{LONG}: ")));
     // Each bar starts at the axis' 0 and is as long as its value: claude's pass@1 is 86.7%.
@@ -237,12 +237,12 @@ fn comparison_tables_show_each_sides_trials() {
     let html = render::html_with(&realistic(), &options());
     let table = section(&html, "<table class=\"compare\">", "</table>");
     assert!(table.contains(
-        "<th>baseline</th><th>baseline trials</th><th>current</th><th>current trials</th>"
+        "<th>baseline</th><th>baseline<br>trials</th><th>current</th><th>current<br>trials</th>"
     ));
     // gpt-4.1-mini: 30 trials in the baseline, 30 graded now (its infrastructure failure is
     // not counted).
     assert!(
-        table.contains("<tr><td class=\"name\">gpt-4.1-<wbr>mini</td><td>pass@1</td><td class=\"num\">86.7%</td><td class=\"num\">30</td><td class=\"num\">50.0%</td><td class=\"num\">30</td>"),
+        table.contains("<tr><td class=\"name\"><span class=\"nm\">gpt-4.1-<wbr>mini</span></td><td>pass@1</td><td class=\"num\">86.7%</td><td class=\"num\">30</td><td class=\"num\">50.0%</td><td class=\"num\">30</td>"),
         "{table}"
     );
     assert!(table.contains("<td class=\"verdict reg\">REGRESSION</td>"));

@@ -9,7 +9,7 @@
 //! apart (infrastructure failures, trials not admitted, tampered trials), the notes and the
 //! comparisons (baseline, variants) with their trial counts.
 //!
-//! Names from the records are escaped everywhere, and may break at `/ - _ . :` so a long model
+//! Names from the records are escaped everywhere, and may break after `/ - :` so a long model
 //! name wraps in its column instead of being cut.
 
 use std::fmt::Write;
@@ -46,15 +46,15 @@ dl.meta{display:grid;grid-template-columns:max-content 1fr;gap:.15em 1em;margin:
 dl.meta dt{font-weight:600;color:#555}dl.meta dd{margin:0}\
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 7px;text-align:right;vertical-align:top}\
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}\
-.name{text-align:left;overflow-wrap:break-word;min-width:8em;max-width:22em}.num,.nw{white-space:nowrap}.ci{color:#555}\
+.name{text-align:left}.nm{display:inline-block;max-width:18em;overflow-wrap:break-word}th.model .nm{max-width:12em}td.metric .ci{display:block}.num,.nw{white-space:nowrap}.ci{color:#555}\
 .reg{color:#b00;font-weight:bold}.imp{color:#070}.verdict{text-align:left;min-width:7em}table.heat small{display:block;font-size:.72em}td.trials{text-align:left}\
 .notice{border:1px solid #c80;background:#fff6e0;padding:.6em 1em;max-width:60em}\
 .alert{border:1px solid #b00;background:#fdecec;padding:.6em 1em;max-width:60em}\
 table.chart td,table.chart th{border:none;padding:0 8px;vertical-align:middle;background:none}\
-table.chart th{font-weight:normal;text-align:right;max-width:22em}table.chart svg{display:block}\
+table.chart th{font-weight:normal;text-align:right}table.chart svg{display:block}\
 table.heat td{text-align:center;min-width:3.2em;font-variant-numeric:tabular-nums}\
 table.heat td a{color:inherit;text-decoration:none;display:block}\
-table.heat tr:first-child th{vertical-align:bottom}table.heat th.model{max-width:12em;min-width:4em;font-weight:600;vertical-align:bottom;text-align:center}\
+table.heat tr:first-child th{vertical-align:bottom}table.heat th.model{min-width:4em;font-weight:600;vertical-align:bottom;text-align:center}\
 td.none{background:#e4e4e4;color:#666}\
 .legend{display:flex;align-items:center;gap:1.5em;flex-wrap:wrap;margin:.4em 0 .8em;font-size:.9em}\
 .swatch{display:inline-block;width:1.4em;height:1em;background:#e4e4e4;border:1px solid #bbb;vertical-align:middle;margin-right:.3em}";
@@ -147,11 +147,12 @@ pub fn html_with(r: &Report, options: &HtmlOptions<'_>) -> String {
     h
 }
 
-/// `s` escaped, with a break opportunity after each `/ - _ . :` not followed by a digit (a
-/// long model or task name wraps at its parts rather than anywhere, and `4.1` or `4-5` stay
-/// whole).
+/// `s` escaped, with a break opportunity after each `/ - :` not followed by a digit (a long
+/// model or task name wraps at its parts rather than anywhere, and `4-5` or `q4_k_m` stay
+/// whole; a name without such parts breaks anywhere once it is wider than its column).
 fn name(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 8);
+    let mut out = String::with_capacity(s.len() + 32);
+    out.push_str("<span class=\"nm\">");
     let mut chars = s.chars().peekable();
     while let Some(ch) = chars.next() {
         match ch {
@@ -161,13 +162,25 @@ fn name(s: &str) -> String {
             '"' => out.push_str("&quot;"),
             c => out.push(c),
         }
-        if matches!(ch, '/' | '-' | '_' | '.' | ':')
-            && chars.peek().is_some_and(|next| !next.is_ascii_digit())
+        if matches!(ch, '/' | '-' | ':') && chars.peek().is_some_and(|next| !next.is_ascii_digit())
         {
             out.push_str("<wbr>");
         }
     }
+    out.push_str("</span>");
     out
+}
+
+/// The width of a column of `names` when one is long (` style="width:18em"`), else nothing:
+/// a browser sizing a table counts a long name at its full length even where it wraps, and
+/// would squeeze the numbers beside it instead.
+fn name_column(names: impl Iterator<Item = String>) -> &'static str {
+    // About 0.55em a character in a sans-serif font: 33 characters fill 18em.
+    if names.map(|n| n.chars().count()).max().unwrap_or(0) > 33 {
+        " style=\"width:18em\""
+    } else {
+        ""
+    }
 }
 
 /// A value and its interval (` [low, high]`, or nothing), which may go on two lines in a
@@ -315,10 +328,15 @@ fn regressions(h: &mut String, r: &Report) {
 /// The table of models: counts, each metric with its interval, steps, cost, duration.
 fn models(h: &mut String, r: &Report) {
     let not_admitted = r.not_admitted_total > 0;
+    let _ = write!(
+        h,
+        "<h2>Models</h2><table class=\"models\"><tr><th{}>model</th>",
+        name_column(r.models.iter().map(ModelReport::label))
+    );
     h.push_str(
-        "<h2>Models</h2><table class=\"models\"><tr><th>model</th>\
+        "\
          <th title=\"tasks with at least one trial\">tasks</th>\
-         <th title=\"graded trials: passed or failed (tampered ones count as fails)\">graded trials</th>\
+         <th title=\"graded trials: passed or failed (tampered ones count as fails)\">graded<br>trials</th>\
          <th title=\"infrastructure failures: not the model's fails, not counted\">infra</th>\
          <th title=\"the workspace changed test infrastructure: counted as fails\">tampered</th>",
     );
@@ -331,12 +349,12 @@ fn models(h: &mut String, r: &Report) {
         for x in &m.metrics {
             let _ = write!(
                 h,
-                "<th title=\"mean over tasks; 95% interval with tasks as the unit\">{} (95% CI)</th>",
+                "<th title=\"mean over tasks; 95% interval with tasks as the unit\">{}<br>(95% CI)</th>",
                 esc(&x.metric.to_string())
             );
         }
     }
-    h.push_str("<th>mean steps</th><th>mean cost</th><th>p50 duration</th></tr>");
+    h.push_str("<th>mean<br>steps</th><th>mean<br>cost</th><th>p50<br>duration</th></tr>");
     for m in &r.models {
         let _ = write!(
             h,
@@ -351,7 +369,11 @@ fn models(h: &mut String, r: &Report) {
             let _ = write!(h, "<td class=\"num\">{}</td>", m.not_admitted);
         }
         for x in &m.metrics {
-            let _ = write!(h, "<td>{}</td>", value_ci(&pct(x.value), &ci(x.ci)));
+            let _ = write!(
+                h,
+                "<td class=\"metric\">{}</td>",
+                value_ci(&pct(x.value), &ci(x.ci))
+            );
         }
         let cost = match (m.mean_cost_usd, m.cost_unknown_trials) {
             (None, _) => "unknown".to_string(),
@@ -407,12 +429,13 @@ fn bars(h: &mut String, r: &Report) {
     );
     let width = PLOT + 2.0 * PAD;
     let row_h = 26.0;
+    let column = name_column(r.models.iter().map(ModelReport::label));
     for m in &r.models {
         let x = m.metrics.first();
         let value = x.and_then(|x| x.value);
         let _ = write!(
             h,
-            "<tr><th scope=\"row\" class=\"name\">{}</th><td><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{row_h}\"><title>{}: {}{}</title>",
+            "<tr><th scope=\"row\" class=\"name\"{column}>{}</th><td><svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{row_h}\"><title>{}: {}{}</title>",
             name(&m.label()),
             esc(&m.label()),
             pct(value),
@@ -765,10 +788,11 @@ fn comparisons(h: &mut String, rows: &[Comparison], side: &str, now: &str) {
     let variants = rows.iter().any(|c| c.reference.is_some());
     let _ = write!(
         h,
-        "<table class=\"compare\"><tr><th>model</th><th>metric</th>{}<th>{side}</th><th>{side} trials</th><th>{now}</th><th>{now} trials</th>\
+        "<table class=\"compare\"><tr><th{}>model</th><th>metric</th>{}<th>{side}</th><th>{side}<br>trials</th><th>{now}</th><th>{now}<br>trials</th>\
          <th title=\"mean over the shared tasks of the per-task difference, with its 95% interval\">Δ (95% CI)</th>\
          <th title=\"minimum detectable effect: the smallest difference these tasks would show as significant with 80% power\">MDE</th>\
          <th title=\"tasks both sides graded\">tasks</th><th class=\"verdict\">verdict</th></tr>",
+        name_column(rows.iter().map(Comparison::label)),
         if variants { "<th>against</th>" } else { "" }
     );
     for c in rows {
@@ -810,10 +834,13 @@ mod tests {
 
     #[test]
     fn names_break_at_their_parts_and_stay_escaped() {
-        assert_eq!(name("org/model-v2 <x>"), "org/<wbr>model-<wbr>v2 &lt;x&gt;");
+        assert_eq!(
+            name("org/model-v2 <x>"),
+            "<span class=\"nm\">org/<wbr>model-<wbr>v2 &lt;x&gt;</span>"
+        );
         assert_eq!(
             name("gpt-4.1-mini_q4.gguf"),
-            "gpt-4.1-<wbr>mini_<wbr>q4.<wbr>gguf"
+            "<span class=\"nm\">gpt-4.1-<wbr>mini_q4.gguf</span>"
         );
     }
 
