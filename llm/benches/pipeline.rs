@@ -24,7 +24,7 @@ const DELTAS: usize = 100_000;
 /// A recorded Anthropic stream (real whitespace padding and all), repeated to 16 MiB.
 fn recorded_body() -> Vec<u8> {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../shared/fixtures/anthropic/04-thinking-signature.sse");
+        .join("tests/fixtures/anthropic/04-thinking-signature.sse");
     let one = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut body = Vec::with_capacity(BODY_BYTES + one.len());
     while body.len() < BODY_BYTES {

@@ -2,7 +2,7 @@
 //! Completion as one JSON object.
 //!
 //! ```text
-//! cargo run -p anvil-llm --example replay -- --protocol anthropic ../shared/fixtures/anthropic/01-text.sse
+//! cargo run -p anvil-llm --example replay -- --protocol anthropic llm/tests/fixtures/anthropic/01-text.sse
 //! ```
 //!
 //! Output: `{"message": …, "finish": …, "usage": …}` on success (exit 0), or

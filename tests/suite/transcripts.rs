@@ -322,7 +322,7 @@ async fn export_into_a_shared_dir_writes_through_nothing_planted_there() {
     m.sweep("two", "good,bad");
     let h = m.home.path();
     let arg = |p: &Path| p.display().to_string();
-    let shared = h.join("shared");
+    let shared = h.join("exported");
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
 
     // Planted: a symlink at a transcript's target, at the records file, as a directory.
@@ -413,7 +413,7 @@ async fn export_into_a_shared_dir_writes_through_nothing_planted_there() {
             "--sweep",
             "two",
             "--with-sessions",
-            "../shared",
+            "../exported",
             "-o",
             "../x/records.jsonl",
         ],
@@ -426,7 +426,7 @@ async fn export_into_a_shared_dir_writes_through_nothing_planted_there() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let recs = lines(&std::fs::read_to_string(x.join("records.jsonl")).unwrap());
-    assert_eq!(recs[1]["session_path"], "../shared/two/t1/good/0.jsonl");
+    assert_eq!(recs[1]["session_path"], "../exported/two/t1/good/0.jsonl");
     assert_readable(h, &x.join(recs[1]["session_path"].as_str().unwrap()));
 
     // A file already there with other content is not replaced.

@@ -1,5 +1,5 @@
 //! Reasoning state through the session store (issue 15, "the session store"): real recorded
-//! streams (shared/fixtures, never edited) decoded into assistant messages, appended to a
+//! streams (llm/tests/fixtures, never edited) decoded into assistant messages, appended to a
 //! session file, and read back. The signatures Anthropic puts on thinking (and its redacted
 //! thinking blobs) and the thought signatures Gemini puts on parts must come back byte for
 //! byte and in order, since the provider refuses — or silently loses the reasoning of — a
@@ -23,7 +23,7 @@ use serde_json::Value;
 enum Step {
     /// A user prompt.
     User(&'static str),
-    /// A recorded response (`shared/fixtures/<rel>`), decoded the way a live stream is.
+    /// A recorded response (`llm/tests/fixtures/<rel>`), decoded the way a live stream is.
     Reply(&'static str),
     /// A user message answering every call of the message before it with this text.
     Results(&'static str),

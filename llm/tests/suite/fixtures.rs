@@ -1,4 +1,4 @@
-//! Every recorded stream in shared/fixtures/ replays through SseDecoder → StreamState →
+//! Every recorded stream in llm/tests/fixtures/ replays through SseDecoder → StreamState →
 //! MessageBuilder to the canonical result the recording shows, and the follow-up request puts
 //! provider state (signatures, encrypted reasoning) back where it came from.
 
