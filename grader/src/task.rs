@@ -160,12 +160,7 @@ impl Task {
         let spec: TaskToml = toml::from_str(&text).map_err(|e| {
             let line = e
                 .span()
-                .map(|s| {
-                    format!(
-                        "line {}: ",
-                        text[..s.start.min(text.len())].lines().count().max(1)
-                    )
-                })
+                .map(|s| format!("line {}: ", anvil_llm::config::line_of(&text, s.start)))
                 .unwrap_or_default();
             err(None, format!("{line}{}", e.message().trim_end()))
         })?;
@@ -582,6 +577,21 @@ mod tests {
             err.reason,
             "line 5: unknown permission mode 'yolo': expected one of plan, default, accept-edits, bypass"
         );
+    }
+
+    #[test]
+    fn an_error_at_the_start_of_a_line_names_that_line() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = task_with_mode(root.path(), "bypass");
+        let toml = dir.join("task.toml");
+        let text = std::fs::read_to_string(&toml).unwrap();
+        // Line 3 becomes an unknown key, starting its line.
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.insert(2, "max_stepz = 5");
+        std::fs::write(&toml, lines.join("\n")).unwrap();
+        let err = Task::load(&dir).unwrap_err();
+        assert!(err.reason.starts_with("line 3: "), "{}", err.reason);
+        assert!(err.reason.contains("max_stepz"), "{}", err.reason);
     }
 
     #[test]

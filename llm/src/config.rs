@@ -35,8 +35,14 @@ pub struct ProviderConfig {
     /// The environment variable holding the API key; none for keyless local servers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
-    /// The endpoint; defaults to the protocol's public endpoint.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The endpoint; defaults to the protocol's public endpoint. It must be an `http://` or
+    /// `https://` URL (checked when the file is read, naming its line); a path segment the
+    /// adapter appends itself is dropped ([`crate::http::normalize_base_url`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "base_url"
+    )]
     pub base_url: Option<String>,
     /// OpenAI Chat only: which field carries the output limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -53,9 +59,95 @@ pub struct ProviderConfig {
     pub prompt_cache_key: Option<bool>,
     /// The longest one model request may take in all, from sending it to the end of the
     /// response, in seconds (default [`crate::http::DEFAULT_REQUEST_DEADLINE_SECS`]). Unlike
-    /// the idle deadline, keepalive comments and empty deltas do not reset it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// the idle deadline, keepalive comments and empty deltas do not reset it; time spent
+    /// waiting for a slot (`max_concurrency`) is not part of it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "request_deadline_secs"
+    )]
     pub request_deadline_secs: Option<u64>,
+    /// The longest silence between two pieces of a response once its headers arrived (the wait
+    /// for the first token included), in seconds (default
+    /// [`crate::http::DEFAULT_IDLE_TIMEOUT_SECS`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "idle_timeout_secs"
+    )]
+    pub idle_timeout_secs: Option<u64>,
+    /// How many requests one anvil process sends to this provider at once; the others wait
+    /// their turn in anvil, their deadlines not yet running (default: no limit). `1` for a
+    /// server with one slot (llama.cpp's `-np 1`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "max_concurrency"
+    )]
+    pub max_concurrency: Option<u32>,
+}
+
+/// `base_url` as written: an `http://` or `https://` URL with a host. Anything else is refused
+/// when the file is read, so the error names the file and the line, not a failed request.
+fn base_url<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let url = String::deserialize(d)?;
+    check_base_url(&url).map_err(serde::de::Error::custom)?;
+    Ok(Some(url))
+}
+
+/// Why `url` cannot be a provider's `base_url`, if it cannot.
+pub fn check_base_url(url: &str) -> Result<(), String> {
+    let trimmed = url.trim();
+    let scheme = trimmed
+        .split_once("://")
+        .map(|(scheme, _)| scheme.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("http" | "https") => {}
+        Some(other) => {
+            return Err(format!(
+                "base_url '{url}': scheme '{other}' is not supported; use http:// or https://"
+            ));
+        }
+        None => {
+            return Err(format!(
+                "base_url '{url}' has no scheme; write it as http://{} (or https://)",
+                trimmed.trim_start_matches('/')
+            ));
+        }
+    }
+    match url::Url::parse(trimmed) {
+        Ok(parsed) if parsed.host_str().is_some_and(|h| !h.is_empty()) => Ok(()),
+        Ok(_) => Err(format!("base_url '{url}' has no host")),
+        Err(e) => Err(format!("base_url '{url}' is not a valid URL ({e})")),
+    }
+}
+
+/// `setting`, a count or a number of seconds that must be at least 1 (0 would refuse every
+/// request).
+fn at_least_one<'de, D, T>(d: D, setting: &str) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + PartialEq + From<u8>,
+{
+    let value = T::deserialize(d)?;
+    if value == T::from(0) {
+        return Err(serde::de::Error::custom(format!(
+            "{setting} must be at least 1"
+        )));
+    }
+    Ok(Some(value))
+}
+
+fn request_deadline_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    at_least_one(d, "request_deadline_secs")
+}
+
+fn idle_timeout_secs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    at_least_one(d, "idle_timeout_secs")
+}
+
+fn max_concurrency<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    at_least_one(d, "max_concurrency")
 }
 
 impl ProviderConfig {
@@ -80,12 +172,39 @@ impl ProviderConfig {
                 .unwrap_or_else(|| self.effective_base_url().contains("api.openai.com"))
     }
 
-    /// The endpoint this provider talks to.
+    /// The endpoint this provider talks to, normalized
+    /// ([`crate::http::normalize_base_url`]: `…/v1` for `anthropic` is `…`, since the adapter
+    /// appends `/v1/messages` itself).
     pub fn effective_base_url(&self) -> String {
         match &self.base_url {
-            Some(url) => url.trim_end_matches('/').to_string(),
+            Some(url) => crate::http::normalize_base_url(self.kind, url.trim()),
             None => self.kind.default_base_url().to_string(),
         }
+    }
+
+    /// Whether this provider cannot work without `api_key_env`: Gemini, and Anthropic at its
+    /// own endpoint. Anthropic's wire format at another `base_url` (a local server, a proxy
+    /// that holds the credential) may go without, like the OpenAI protocols.
+    pub fn requires_key(&self) -> bool {
+        requires_key(self.kind, &self.effective_base_url())
+    }
+}
+
+/// Whether a provider of `kind` at `base_url` cannot work without a key (see
+/// [`ProviderConfig::requires_key`]).
+pub fn requires_key(kind: Protocol, base_url: &str) -> bool {
+    match kind {
+        Protocol::Gemini => true,
+        Protocol::Anthropic => {
+            let origin = |u: &str| {
+                url::Url::parse(u)
+                    .ok()
+                    .map(|u| u.origin().ascii_serialization())
+            };
+            let default = origin(kind.default_base_url());
+            origin(base_url).is_none_or(|o| Some(o) == default)
+        }
+        Protocol::OpenaiChat | Protocol::OpenaiResponses => false,
     }
 }
 
@@ -164,6 +283,43 @@ pub struct ModelConfig {
     /// Unknown pricing stays unknown: never treated as free.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pricing: Option<Pricing>,
+    /// Whether tool calls the model writes as text are run (see [`ToolCallMode`]); unset is
+    /// `native`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<ToolCallMode>,
+}
+
+/// `tool_calls` of a `[models.ALIAS]` table: what anvil does with a response that carries no
+/// structured tool call but describes one in its text (```` ```json {"name": …} ```` ````,
+/// `<tool_call>` tags…), as small and local models often do.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolCallMode {
+    /// Only structured calls run; a final answer that reads as a call to an offered tool gets
+    /// a hint naming this setting.
+    #[default]
+    Native,
+    /// Calls to offered tools written as text are recovered and run, wherever they appear in
+    /// a response without structured calls.
+    Text,
+    /// Like `text`, but only when the whole response is such calls (after at most a short
+    /// preamble): a call quoted inside an explanation stays text.
+    Auto,
+}
+
+impl ToolCallMode {
+    pub fn is_native(&self) -> bool {
+        *self == ToolCallMode::Native
+    }
+
+    /// The name as written in config.
+    pub fn name(self) -> &'static str {
+        match self {
+            ToolCallMode::Native => "native",
+            ToolCallMode::Text => "text",
+            ToolCallMode::Auto => "auto",
+        }
+    }
 }
 
 /// One config file as written.
@@ -272,10 +428,7 @@ impl ConfigFile {
         toml::from_str(text).map_err(|e| {
             let location = e
                 .span()
-                .map(|span| {
-                    let line = text[..span.start.min(text.len())].lines().count().max(1);
-                    format!(":{line}")
-                })
+                .map(|span| format!(":{}", line_of(text, span.start)))
                 .unwrap_or_default();
             LlmError::Config(format!(
                 "{}{location}: {}",
@@ -323,6 +476,13 @@ impl ConfigFile {
         .unwrap_or_default();
         hex::encode(Sha256::digest(canonical.as_bytes()))
     }
+}
+
+/// The 1-based line of byte `offset` in `text`: the newlines before it, plus one. (Counting
+/// `lines()` of the text before it is one short when the offset starts a line, as a key does.)
+pub fn line_of(text: &str, offset: usize) -> usize {
+    let end = offset.min(text.len());
+    memchr::memchr_iter(b'\n', &text.as_bytes()[..end]).count() + 1
 }
 
 /// Where a merged key came from.
@@ -409,6 +569,8 @@ impl Config {
             images: None,
             prompt_cache_key: None,
             request_deadline_secs: None,
+            idle_timeout_secs: None,
+            max_concurrency: None,
         };
         for (name, p) in [
             (
@@ -442,6 +604,7 @@ impl Config {
             context_window: Some(window),
             max_output_tokens: Some(out),
             pricing: Some(pricing),
+            tool_calls: None,
         };
         let anthropic_pricing = |input: f64, output: f64| Pricing {
             input,
@@ -860,6 +1023,143 @@ model = "qwen3:8b"
         .unwrap_err()
         .to_string();
         assert!(err.contains("modle"), "{err}");
+    }
+
+    /// The line an error names, for `text` parsed as `c.toml`.
+    fn error_line(text: &str) -> (usize, String) {
+        let err = ConfigFile::parse(text, Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        let line = err
+            .strip_prefix("c.toml:")
+            .and_then(|rest| rest.split(':').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no line in: {err}"));
+        (line, err)
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_on_its_own_line() {
+        // A key at the start of its line, in a table after others: the line before used to be
+        // named.
+        let text = "default_model = \"local\"\n\
+                    \n\
+                    [providers.lab]\n\
+                    kind = \"openai-chat\"\n\
+                    base_url = \"http://127.0.0.1:8080/v1\"\n\
+                    \n\
+                    [models.local]\n\
+                    provider = \"lab\"\n\
+                    model = \"qwen\"\n\
+                    contex_window = 8192\n\
+                    \n\
+                    [models.other]\n\
+                    provider = \"lab\"\n\
+                    model = \"m\"\n";
+        let (line, err) = error_line(text);
+        assert_eq!(line, 10, "{err}");
+        assert!(err.contains("unknown field `contex_window`"), "{err}");
+        // In a provider table, on the first line, and indented.
+        let (line, err) = error_line("[providers.lab]\nkind = \"openai-chat\"\n  idle_secs = 3\n");
+        assert_eq!(line, 3, "{err}");
+        let (line, err) = error_line("bogus = 1\n");
+        assert_eq!(line, 1, "{err}");
+        assert_eq!(line_of("a\nb\n", 2), 2);
+        assert_eq!(line_of("a\nb\n", 99), 3);
+    }
+
+    #[test]
+    fn a_base_url_without_a_scheme_is_refused_where_it_is_written() {
+        let (line, err) = error_line(
+            "[providers.a]\nkind = \"openai-chat\"\n\n[providers.llama]\nkind = \"openai-chat\"\nbase_url = \"localhost:8080\"\n",
+        );
+        assert_eq!(line, 6, "{err}");
+        assert!(
+            err.contains(
+                "base_url 'localhost:8080' has no scheme; write it as http://localhost:8080"
+            ),
+            "{err}"
+        );
+        for (url, says) in [
+            ("127.0.0.1:8080/v1", "has no scheme"),
+            ("//localhost:8080", "has no scheme"),
+            ("ftp://h", "scheme 'ftp' is not supported"),
+            ("http://", "base_url 'http://'"),
+        ] {
+            let (line, err) = error_line(&format!(
+                "[providers.x]\nkind = \"anthropic\"\nbase_url = \"{url}\"\n"
+            ));
+            assert_eq!(line, 3, "{err}");
+            assert!(err.contains(says), "{url}: {err}");
+        }
+        for url in [
+            "http://localhost:8080",
+            "HTTPS://api.example.com/v1/",
+            "http://[::1]:8080/v1",
+        ] {
+            assert_eq!(check_base_url(url), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn deadlines_and_concurrency_of_zero_are_refused_where_they_are_written() {
+        for setting in [
+            "request_deadline_secs",
+            "idle_timeout_secs",
+            "max_concurrency",
+        ] {
+            let (line, err) = error_line(&format!(
+                "[providers.x]\nkind = \"openai-chat\"\n{setting} = 0\n"
+            ));
+            assert_eq!(line, 3, "{err}");
+            assert!(
+                err.ends_with(&format!(": {setting} must be at least 1")),
+                "{err}"
+            );
+        }
+        let f = file(
+            "[providers.x]\nkind = \"openai-chat\"\nrequest_deadline_secs = 30\nidle_timeout_secs = 5\nmax_concurrency = 1\n",
+        );
+        let x = &f.providers["x"];
+        assert_eq!(
+            (
+                x.request_deadline_secs,
+                x.idle_timeout_secs,
+                x.max_concurrency
+            ),
+            (Some(30), Some(5), Some(1))
+        );
+    }
+
+    #[test]
+    fn a_base_url_is_normalized_so_no_segment_is_sent_twice() {
+        let url = |kind: &str, base: &str| {
+            file(&format!(
+                "[providers.x]\nkind = \"{kind}\"\nbase_url = \"{base}\"\n"
+            ))
+            .providers["x"]
+                .effective_base_url()
+        };
+        assert_eq!(url("anthropic", "http://h:8080/v1"), "http://h:8080");
+        assert_eq!(url("anthropic", "http://h:8080/v1/"), "http://h:8080");
+        assert_eq!(url("anthropic", "http://h/v1/messages"), "http://h");
+        assert_eq!(
+            url("anthropic", "https://gw.example/anthropic/v1"),
+            "https://gw.example/anthropic"
+        );
+        assert_eq!(url("anthropic", "http://h:8080"), "http://h:8080");
+        assert_eq!(
+            url("openai-chat", "http://h/v1/chat/completions"),
+            "http://h/v1"
+        );
+        assert_eq!(url("openai-chat", "http://h/v1/"), "http://h/v1");
+        assert_eq!(
+            url("openai-responses", "http://h/v1/responses"),
+            "http://h/v1"
+        );
+        assert_eq!(url("gemini", "http://h/v1beta/models/"), "http://h/v1beta");
+        // A host named like a segment is a host.
+        assert_eq!(url("anthropic", "http://v1"), "http://v1");
     }
 
     #[test]

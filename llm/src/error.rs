@@ -29,21 +29,28 @@ pub enum LlmError {
     /// The body ended before the response was complete.
     #[error("the provider's stream ended before the response was complete")]
     UnexpectedEof,
-    /// No bytes arrived for the idle deadline. The connection was closed on our side; the
-    /// provider may still have finished (and billed) the response.
+    /// No bytes arrived for the idle deadline (`idle_timeout_secs` of `provider`). The
+    /// connection was closed on our side; the provider may still have finished (and billed)
+    /// the response.
     #[error(
-        "the provider sent nothing for {}s; anvil closed the stream (the provider may still bill for the response)",
+        "idle_timeout_secs={} exceeded for provider '{provider}': it sent nothing for {}s; anvil closed the stream (the provider may still bill for the response)",
+        idle.as_secs_f64(),
         idle.as_secs_f64()
     )]
-    Stalled { idle: Duration },
-    /// The request ran past its total deadline (`request_deadline_secs`), however lively the
-    /// stream: keepalives and empty deltas do not extend it. Closed on our side, as for
-    /// [`LlmError::Stalled`].
+    Stalled { idle: Duration, provider: String },
+    /// The request ran past its total deadline (`request_deadline_secs` of `provider`),
+    /// however lively the stream: keepalives and empty deltas do not extend it. Time spent
+    /// waiting for a free slot (`max_concurrency`) is not part of it. Closed on our side, as
+    /// for [`LlmError::Stalled`].
     #[error(
-        "the provider's response was not complete within the request deadline of {}s (request_deadline_secs); anvil closed the stream (the provider may still bill for the response)",
+        "request_deadline_secs={} exceeded for provider '{provider}': the response was not complete {}s after the request was sent; anvil closed the stream (the provider may still bill for the response)",
+        deadline.as_secs_f64(),
         deadline.as_secs_f64()
     )]
-    DeadlineExceeded { deadline: Duration },
+    DeadlineExceeded {
+        deadline: Duration,
+        provider: String,
+    },
     /// The response grew past anvil's cap on one response; the stream was closed and the
     /// partial response dropped.
     #[error(

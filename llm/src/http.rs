@@ -19,18 +19,23 @@ use crate::sse::{SseDecoder, SseLimits};
 /// response with extended reasoning.
 pub const DEFAULT_REQUEST_DEADLINE_SECS: u64 = 600;
 
+/// The longest silence between two pieces of a response when config says nothing: 2 minutes.
+/// A local server on a CPU may need more for the prefill of a long prompt, before its first
+/// token (`idle_timeout_secs`).
+pub const DEFAULT_IDLE_TIMEOUT_SECS: u64 = 120;
+
 /// Deadlines and limits for one streaming request. Every wait is finite.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpOptions {
     /// Establishing the connection.
     pub connect_timeout: Duration,
-    /// From sending the request to the response headers (a long prompt can take a while).
-    pub response_timeout: Duration,
-    /// The longest silence allowed between two body chunks.
+    /// The longest silence allowed between two body chunks (`idle_timeout_secs`). The wait
+    /// for the response headers is bounded by the request deadline alone: a server may
+    /// compute for a long while (the prefill of a long prompt) before it answers at all.
     pub idle_timeout: Duration,
-    /// The longest the whole request may take, from sending it to the end of the body. Nothing
-    /// the server sends extends it: a keepalive comment or an empty delta every second keeps
-    /// the idle deadline at bay, never this one.
+    /// The longest the whole request may take, from sending it to the end of the body
+    /// (`request_deadline_secs`). Nothing the server sends extends it: a keepalive comment or
+    /// an empty delta every second keeps the idle deadline at bay, never this one.
     pub request_deadline: Duration,
     /// The most one response may hold (see [`ResponseCap`]).
     pub max_response_bytes: usize,
@@ -41,8 +46,7 @@ impl Default for HttpOptions {
     fn default() -> Self {
         Self {
             connect_timeout: Duration::from_secs(10),
-            response_timeout: Duration::from_secs(300),
-            idle_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(DEFAULT_IDLE_TIMEOUT_SECS),
             request_deadline: Duration::from_secs(DEFAULT_REQUEST_DEADLINE_SECS),
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             sse_limits: SseLimits::default(),
@@ -64,6 +68,33 @@ impl HttpOptions {
             .build()
             .map_err(|e| LlmError::Config(format!("could not build the HTTP client: {e}")))
     }
+}
+
+/// `base_url` with what the adapter appends itself taken off its end, so that no path segment
+/// is sent twice: Anthropic's `/v1` (the adapter posts to `/v1/messages`, so `…/v1` would make
+/// `…/v1/v1/messages`) or a whole `/v1/messages`; OpenAI's `/chat/completions` and
+/// `/responses` (the adapters append them to a base that ends in the version, `…/v1`);
+/// Gemini's `/models` (the adapter appends `/models/MODEL:streamGenerateContent` to a base
+/// that ends in the version, `…/v1beta`). A trailing slash is dropped too. Anything else is
+/// kept as written.
+pub fn normalize_base_url(protocol: Protocol, base_url: &str) -> String {
+    let mut url = base_url.trim_end_matches('/');
+    let appended: &[&str] = match protocol {
+        Protocol::Anthropic => &["/v1/messages", "/messages", "/v1"],
+        Protocol::OpenaiChat => &["/chat/completions"],
+        Protocol::OpenaiResponses => &["/responses"],
+        Protocol::Gemini => &["/models"],
+    };
+    for suffix in appended {
+        // Never down to the bare scheme: `http://v1` is a host, not a path.
+        if let Some(rest) = url.strip_suffix(suffix)
+            && rest.split("://").nth(1).is_some_and(|r| !r.is_empty())
+        {
+            url = rest.trim_end_matches('/');
+            break;
+        }
+    }
+    url.to_string()
 }
 
 /// Whether `url` is `http://…` (any letter case), not `https://`.
@@ -100,11 +131,12 @@ impl Endpoint {
         Ok(endpoint)
     }
 
-    /// A trailing slash is dropped. OpenAI Chat's max-token field follows the endpoint
+    /// Normalized with [`normalize_base_url`] (a trailing slash, or a path segment the adapter
+    /// appends itself, is dropped). OpenAI Chat's max-token field follows the endpoint
     /// (`max_completion_tokens` for OpenAI itself, `max_tokens` elsewhere).
     pub fn set_base_url(&mut self, base_url: &str) {
         self.http = std::sync::OnceLock::new();
-        self.base_url = base_url.trim_end_matches('/').to_string();
+        self.base_url = normalize_base_url(self.protocol, base_url);
         if self.protocol == Protocol::OpenaiChat {
             self.caps.max_tokens_field = MaxTokensField::default_for(&self.base_url).key();
         }
@@ -133,6 +165,16 @@ impl Endpoint {
             }
         };
         Ok(client.post(url))
+    }
+
+    /// Sends `request` under this endpoint's options and returns its canonical event stream
+    /// (see [`send_streaming`]).
+    pub(crate) async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        state: Box<dyn StreamState>,
+    ) -> Result<EventStream, LlmError> {
+        send_streaming(request, state, &self.options, &self.name).await
     }
 }
 
@@ -168,32 +210,24 @@ macro_rules! endpoint_builders {
 }
 pub(crate) use endpoint_builders;
 
-/// Sends `request` and returns its canonical event stream.
+/// Sends `request` and returns its canonical event stream. The request deadline starts now:
+/// whoever calls this has already waited for any slot it needed (`max_concurrency`), and that
+/// wait is not counted. `provider` names the provider in errors.
 pub(crate) async fn send_streaming(
     request: reqwest::RequestBuilder,
     state: Box<dyn StreamState>,
     options: &HttpOptions,
+    provider: &str,
 ) -> Result<EventStream, LlmError> {
     let started = Instant::now();
-    // Waiting for the headers counts against the request deadline as well.
-    let (wait, error) = if options.request_deadline <= options.response_timeout {
-        (
-            options.request_deadline,
-            LlmError::DeadlineExceeded {
-                deadline: options.request_deadline,
-            },
-        )
-    } else {
-        (
-            options.response_timeout,
-            LlmError::Stalled {
-                idle: options.response_timeout,
-            },
-        )
+    // Waiting for the headers counts against the request deadline, and only against it.
+    let past_deadline = || LlmError::DeadlineExceeded {
+        deadline: options.request_deadline,
+        provider: provider.to_string(),
     };
-    let response = match tokio::time::timeout(wait, request.send()).await {
+    let response = match tokio::time::timeout(options.request_deadline, request.send()).await {
         Ok(sent) => sent?,
-        Err(_) => return Err(error),
+        Err(_) => return Err(past_deadline()),
     };
     // An error body is read under the same deadlines: a server that announces one and stalls
     // must not hold the turn.
@@ -201,7 +235,7 @@ pub(crate) async fn send_streaming(
     let remaining = options
         .request_deadline
         .saturating_sub(started.elapsed())
-        .min(options.response_timeout);
+        .min(options.idle_timeout);
     let response = match tokio::time::timeout(remaining, check_status(response)).await {
         Ok(checked) => checked?,
         Err(_) => {
@@ -217,6 +251,7 @@ pub(crate) async fn send_streaming(
         state,
         options,
         started,
+        provider,
     ))
 }
 
@@ -227,12 +262,13 @@ pub(crate) async fn send_streaming(
 /// - a response past `max_response_bytes` ends with [`LlmError::ResponseTooLarge`].
 ///
 /// In each case the connection is dropped on our side, and nothing is claimed about whether the
-/// provider finished (or billed) the response.
+/// provider finished (or billed) the response. The errors name `provider` and the setting.
 pub fn decode_stream<S, E>(
     body: S,
     mut state: Box<dyn StreamState>,
     options: &HttpOptions,
     started: Instant,
+    provider: &str,
 ) -> EventStream
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
@@ -243,11 +279,15 @@ where
     let deadline = started + request_deadline;
     let limits = options.sse_limits;
     let mut cap = ResponseCap::new(options.max_response_bytes);
+    let provider = provider.to_string();
     Box::pin(async_stream::try_stream! {
         let mut body = std::pin::pin!(body);
         let mut decoder = SseDecoder::new(limits);
         let mut out = Vec::new();
-        let past_deadline = || LlmError::DeadlineExceeded { deadline: request_deadline };
+        let past_deadline = || LlmError::DeadlineExceeded {
+            deadline: request_deadline,
+            provider: provider.clone(),
+        };
         loop {
             // A body that is always ready never meets a timer: check the clock as well.
             let now = Instant::now();
@@ -259,7 +299,7 @@ where
                 Ok(Some(chunk)) => chunk.map_err(Into::into)?,
                 Ok(None) => break,
                 Err(_) if deadline <= idle_until => Err(past_deadline())?,
-                Err(_) => Err(LlmError::Stalled { idle })?,
+                Err(_) => Err(LlmError::Stalled { idle, provider: provider.clone() })?,
             };
             cap.wire(chunk.len())?;
             decoder.feed(&chunk, &mut |event| state.on_sse(event, &mut out))?;
@@ -336,10 +376,21 @@ mod tests {
             ..idle(30)
         };
         let started = Instant::now();
-        let stream = decode_stream(body, stream_state(Protocol::OpenaiChat), &options, started);
+        let stream = decode_stream(
+            body,
+            stream_state(Protocol::OpenaiChat),
+            &options,
+            started,
+            "lab",
+        );
         let err = crate::builder::collect(stream).await.unwrap_err();
         assert!(
-            matches!(err, LlmError::DeadlineExceeded { deadline } if deadline == Duration::from_secs(60)),
+            matches!(err, LlmError::DeadlineExceeded { deadline, .. } if deadline == Duration::from_secs(60)),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("request_deadline_secs=60 exceeded for provider 'lab'"),
             "{err}"
         );
         assert_eq!(started.elapsed(), Duration::from_secs(60));
@@ -363,6 +414,7 @@ mod tests {
             stream_state(Protocol::OpenaiChat),
             &options,
             Instant::now(),
+            "lab",
         );
         let err = crate::builder::collect(stream).await.unwrap_err();
         assert!(matches!(err, LlmError::DeadlineExceeded { .. }), "{err}");
@@ -384,6 +436,7 @@ mod tests {
             stream_state(Protocol::OpenaiChat),
             &options,
             Instant::now(),
+            "lab",
         );
         let err = crate::builder::collect(stream).await.unwrap_err();
         assert!(
@@ -400,7 +453,7 @@ mod tests {
         .chain(futures::stream::pending());
         let state = stream_state(Protocol::Anthropic);
         let started = tokio::time::Instant::now();
-        let mut events = decode_stream(body, state, &idle(30), Instant::now());
+        let mut events = decode_stream(body, state, &idle(30), Instant::now(), "lab");
         assert_eq!(
             events.next().await.unwrap().unwrap(),
             StreamEvent::TextDelta {
@@ -409,7 +462,12 @@ mod tests {
             }
         );
         let err = events.next().await.unwrap().unwrap_err();
-        assert!(matches!(err, LlmError::Stalled { idle } if idle == Duration::from_secs(30)));
+        assert!(matches!(err, LlmError::Stalled { idle, .. } if idle == Duration::from_secs(30)));
+        assert!(
+            err.to_string()
+                .starts_with("idle_timeout_secs=30 exceeded for provider 'lab'"),
+            "{err}"
+        );
         assert_eq!(started.elapsed(), Duration::from_secs(30));
         assert!(events.next().await.is_none());
     }
@@ -424,7 +482,7 @@ mod tests {
             yield chunk("data: [DONE]\n\n");
         };
         let state = stream_state(Protocol::OpenaiChat);
-        let stream = decode_stream(body, state, &idle(30), Instant::now());
+        let stream = decode_stream(body, state, &idle(30), Instant::now(), "lab");
         let c = crate::builder::collect(stream).await.unwrap();
         assert_eq!(c.message.text(), "xxxxx");
     }
@@ -440,7 +498,7 @@ mod tests {
             ..idle(1)
         };
         let state = stream_state(Protocol::OpenaiChat);
-        let mut events = decode_stream(body, state, &options, Instant::now());
+        let mut events = decode_stream(body, state, &options, Instant::now(), "lab");
         assert!(matches!(
             events.next().await.unwrap(),
             Err(LlmError::Decode(m)) if m.contains("16 bytes")

@@ -11,6 +11,8 @@ pub mod builder;
 pub mod cap;
 /// What each target can take (images, schema dialect, signed reasoning, limits).
 pub mod capability;
+/// `max_concurrency`: per-provider slots shared by the whole process.
+pub mod concurrency;
 /// Config files, trust, and where they live.
 pub mod config;
 pub mod cost;

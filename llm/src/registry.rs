@@ -1,7 +1,9 @@
 //! [`Registry`]: resolves a model name into a ready provider, a model id and its limits.
 //!
 //! A name is a model alias from config (`sonnet`, `local`) or `provider:model`
-//! (`ollama:qwen3:8b`), which needs no `[models]` entry and gets conservative default limits.
+//! (`ollama:qwen3:8b`), which needs no `[models]` entry and gets conservative default limits:
+//! a context window of [`DEFAULT_CONTEXT_WINDOW`] and an output limit of
+//! [`default_max_output_tokens`] (a quarter of the window, capped per provider kind).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -11,9 +13,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::capability::{Capabilities, MaxTokensField, SchemaDialect};
-use crate::config::{Config, ModelConfig, Pricing, ProviderConfig};
+use crate::concurrency::Limited;
+use crate::config::{Config, ModelConfig, Pricing, ProviderConfig, ToolCallMode};
 use crate::error::LlmError;
-use crate::http::{DEFAULT_REQUEST_DEADLINE_SECS, HttpOptions};
+use crate::http::{DEFAULT_IDLE_TIMEOUT_SECS, DEFAULT_REQUEST_DEADLINE_SECS, HttpOptions};
 use crate::protocol::Protocol;
 use crate::provider::Provider;
 use crate::providers::anthropic::Anthropic;
@@ -22,9 +25,27 @@ use crate::providers::openai_chat::OpenAiChat;
 use crate::providers::openai_responses::OpenAiResponses;
 use crate::retry::{Retry, RetryPolicy};
 
-/// Limits used when config says nothing: small enough for any current model.
+/// The context window of a model whose config sets none: small enough for any current model.
 pub const DEFAULT_CONTEXT_WINDOW: u32 = 32_768;
-pub const DEFAULT_MAX_OUTPUT_TOKENS: u32 = 4_096;
+
+/// The output limit of a model whose config sets none: a quarter of its context window, so
+/// three quarters stay for the conversation, but never more than [`default_output_cap`] of its
+/// provider kind. With the default window, 8,192 on every kind.
+pub fn default_max_output_tokens(kind: Protocol, context_window: u32) -> u32 {
+    (context_window / 4).clamp(1, default_output_cap(kind))
+}
+
+/// The most [`default_max_output_tokens`] gives a model of `kind`: an output limit every
+/// current model of that kind accepts (Claude 4 Opus's 32,000; GPT-4o's 16,384, which local
+/// OpenAI-compatible servers get too; Gemini 2.0 Flash's 8,192). A model that can write more
+/// says so with `max_output_tokens`.
+pub const fn default_output_cap(kind: Protocol) -> u32 {
+    match kind {
+        Protocol::Anthropic => 32_000,
+        Protocol::OpenaiChat | Protocol::OpenaiResponses => 16_384,
+        Protocol::Gemini => 8_192,
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelLimits {
@@ -49,6 +70,8 @@ pub struct ResolvedModel {
     pub pricing: Option<Pricing>,
     /// Whether to send OpenAI's `prompt_cache_key` to this provider.
     pub prompt_cache_key: bool,
+    /// What to do with tool calls the model writes as text.
+    pub tool_calls: ToolCallMode,
     /// [`PinnedModel::digest`] of the configuration it was resolved from: everything that
     /// decides this model's behaviour and cost, recorded with eval results. The credential is
     /// not part of it.
@@ -74,6 +97,10 @@ pub struct PinnedModel {
     pub max_output_tokens: u32,
     /// USD per million tokens; `None` is unknown pricing, never free.
     pub pricing: Option<Pricing>,
+    /// What to do with tool calls the model writes as text. `native` is left out when written
+    /// (and of the digest), so pins made before the setting existed keep their digests.
+    #[serde(default, skip_serializing_if = "ToolCallMode::is_native")]
+    pub tool_calls: ToolCallMode,
 }
 
 /// The provider part of a [`PinnedModel`]: a `[providers.NAME]` table with every default
@@ -98,23 +125,55 @@ pub struct PinnedProvider {
     /// resumed as if nothing had changed).
     #[serde(default = "default_request_deadline_secs")]
     pub request_deadline_secs: u64,
+    /// The longest silence between two pieces of a response, in seconds. The default is left
+    /// out when written (and so of the digest): pins made before it existed keep theirs.
+    #[serde(
+        default = "default_idle_timeout_secs",
+        skip_serializing_if = "is_default_idle_timeout"
+    )]
+    pub idle_timeout_secs: u64,
+    /// How many requests one process sends to this provider at once; `None` is no limit (and
+    /// is left out when written, like the default idle timeout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
 }
 
 fn default_request_deadline_secs() -> u64 {
     DEFAULT_REQUEST_DEADLINE_SECS
 }
 
+fn default_idle_timeout_secs() -> u64 {
+    DEFAULT_IDLE_TIMEOUT_SECS
+}
+
+fn is_default_idle_timeout(secs: &u64) -> bool {
+    *secs == DEFAULT_IDLE_TIMEOUT_SECS
+}
+
+impl PinnedProvider {
+    /// The process-wide semaphore of this provider's `max_concurrency` slots, if it has a
+    /// limit: whoever runs requests to it outside a [`ResolvedModel`]'s provider (a worker
+    /// running trials) can hold one of the same slots.
+    pub fn slots(&self) -> Option<Arc<tokio::sync::Semaphore>> {
+        self.max_concurrency
+            .map(|max| crate::concurrency::slots(&self.name, &self.base_url, max))
+    }
+}
+
 impl PinnedModel {
     /// sha256 of everything but the name it was resolved from: protocol, endpoint, credential
     /// variable, wire options, model id, limits and pricing.
     pub fn digest(&self) -> String {
-        let identity = serde_json::json!({
+        let mut identity = serde_json::json!({
             "provider": self.provider,
             "model": self.model,
             "context_window": self.context_window,
             "max_output_tokens": self.max_output_tokens,
             "pricing": self.pricing,
         });
+        if !self.tool_calls.is_native() {
+            identity["tool_calls"] = serde_json::json!(self.tool_calls);
+        }
         hex::encode(Sha256::digest(identity.to_string().as_bytes()))
     }
 
@@ -139,6 +198,8 @@ impl PinnedModel {
             images: Some(p.images),
             prompt_cache_key: Some(p.prompt_cache_key),
             request_deadline_secs: Some(p.request_deadline_secs),
+            idle_timeout_secs: Some(p.idle_timeout_secs),
+            max_concurrency: p.max_concurrency,
         };
         let model = ModelConfig {
             provider: p.name.clone(),
@@ -146,6 +207,7 @@ impl PinnedModel {
             context_window: Some(self.context_window),
             max_output_tokens: Some(self.max_output_tokens),
             pricing: self.pricing,
+            tool_calls: Some(self.tool_calls).filter(|t| !t.is_native()),
         };
         Config {
             default_model: Some(self.name.clone()),
@@ -252,6 +314,7 @@ impl Registry {
             },
             pricing: pinned.pricing,
             prompt_cache_key: pinned.provider.prompt_cache_key,
+            tool_calls: pinned.tool_calls,
             config_digest: pinned.digest(),
         })
     }
@@ -275,6 +338,7 @@ impl Registry {
                         context_window: None,
                         max_output_tokens: None,
                         pricing: None,
+                        tool_calls: None,
                     }
                 }
                 _ => {
@@ -293,26 +357,32 @@ impl Registry {
             ))
         })?;
         let provider_name = model_config.provider.as_str();
-        let keyed = match provider_config.kind {
-            Protocol::Anthropic => Some("Anthropic"),
-            Protocol::Gemini => Some("Gemini"),
-            Protocol::OpenaiChat | Protocol::OpenaiResponses => None,
-        };
-        if let Some(vendor) = keyed
-            && provider_config.api_key_env.is_none()
-        {
-            return Err(LlmError::Config(format!(
-                "provider '{provider_name}' ({}) needs api_key_env: {vendor} requires a key",
-                provider_config.kind.as_str()
+        if provider_config.api_key_env.is_none() && provider_config.requires_key() {
+            return Err(LlmError::Config(missing_key_env(
+                provider_name,
+                provider_config.kind,
             )));
         }
         let request_deadline_secs = provider_config
             .request_deadline_secs
             .unwrap_or(DEFAULT_REQUEST_DEADLINE_SECS);
-        if request_deadline_secs == 0 {
-            return Err(LlmError::Config(format!(
-                "provider '{provider_name}': request_deadline_secs must be at least 1"
-            )));
+        let idle_timeout_secs = provider_config
+            .idle_timeout_secs
+            .unwrap_or(DEFAULT_IDLE_TIMEOUT_SECS);
+        // A file's zeros are refused where it is read; these come from elsewhere (a pin).
+        for (setting, value) in [
+            ("request_deadline_secs", Some(request_deadline_secs)),
+            ("idle_timeout_secs", Some(idle_timeout_secs)),
+            (
+                "max_concurrency",
+                provider_config.max_concurrency.map(u64::from),
+            ),
+        ] {
+            if value == Some(0) {
+                return Err(LlmError::Config(format!(
+                    "provider '{provider_name}': {setting} must be at least 1"
+                )));
+            }
         }
         let base_url = provider_config.effective_base_url();
         let capabilities = provider_config.capabilities();
@@ -324,6 +394,9 @@ impl Registry {
             ),
             _ => provider_config.max_tokens_field,
         };
+        let context_window = model_config
+            .context_window
+            .unwrap_or(DEFAULT_CONTEXT_WINDOW);
         Ok(PinnedModel {
             name: name.to_string(),
             provider: PinnedProvider {
@@ -336,15 +409,16 @@ impl Registry {
                 images: capabilities.images,
                 prompt_cache_key: provider_config.sends_prompt_cache_key(),
                 request_deadline_secs,
+                idle_timeout_secs,
+                max_concurrency: provider_config.max_concurrency,
             },
             model: model_config.model,
-            context_window: model_config
-                .context_window
-                .unwrap_or(DEFAULT_CONTEXT_WINDOW),
+            context_window,
             max_output_tokens: model_config
                 .max_output_tokens
-                .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS),
+                .unwrap_or_else(|| default_max_output_tokens(provider_config.kind, context_window)),
             pricing: model_config.pricing,
+            tool_calls: model_config.tool_calls.unwrap_or_default(),
         })
     }
 
@@ -364,6 +438,7 @@ impl Registry {
         let base_url = config.base_url.clone();
         let options = HttpOptions {
             request_deadline: Duration::from_secs(config.request_deadline_secs),
+            idle_timeout: Duration::from_secs(config.idle_timeout_secs),
             ..HttpOptions::default()
         };
         let caps = Capabilities::of(config.kind)
@@ -371,13 +446,15 @@ impl Registry {
             .with_images(config.images);
         let inner: Arc<dyn Provider> = match config.kind {
             Protocol::Anthropic => {
-                let key = api_key.ok_or_else(|| {
-                    LlmError::Config(format!(
-                        "provider '{name}' (anthropic) needs api_key_env: Anthropic requires a key"
-                    ))
-                })?;
+                let provider = match api_key {
+                    Some(key) => Anthropic::new(key)?,
+                    None if crate::config::requires_key(config.kind, &base_url) => {
+                        return Err(LlmError::Config(missing_key_env(name, config.kind)));
+                    }
+                    None => Anthropic::without_key()?,
+                };
                 Arc::new(
-                    Anthropic::new(key)?
+                    provider
                         .with_base_url(base_url)
                         .with_name(name)
                         .with_capabilities(caps)
@@ -404,11 +481,8 @@ impl Registry {
                     .with_options(options)?,
             ),
             Protocol::Gemini => {
-                let key = api_key.ok_or_else(|| {
-                    LlmError::Config(format!(
-                        "provider '{name}' (gemini) needs api_key_env: Gemini requires a key"
-                    ))
-                })?;
+                let key =
+                    api_key.ok_or_else(|| LlmError::Config(missing_key_env(name, config.kind)))?;
                 Arc::new(
                     Gemini::new(key)?
                         .with_base_url(&base_url)
@@ -418,7 +492,13 @@ impl Registry {
                 )
             }
         };
-        Ok(Arc::new(Retry::new(inner, self.retry)))
+        let retrying: Arc<dyn Provider> = Arc::new(Retry::new(inner, self.retry));
+        // The slot is taken before the first attempt and kept through the retries, so that
+        // neither the deadlines nor the retry budget count the wait for it.
+        Ok(match config.max_concurrency {
+            Some(max) => Arc::new(Limited::new(retrying, name, &config.base_url, max)),
+            None => retrying,
+        })
     }
 
     fn list<'a>(&self, names: impl Iterator<Item = &'a String>) -> String {
@@ -428,6 +508,22 @@ impl Registry {
         } else {
             names.join(", ")
         }
+    }
+}
+
+/// The error of a provider that needs a key and names no `api_key_env`.
+fn missing_key_env(provider: &str, kind: Protocol) -> String {
+    match kind {
+        Protocol::Anthropic => format!(
+            "provider '{provider}' (anthropic) needs api_key_env: Anthropic's own endpoint requires a key (a server at another base_url may go without)"
+        ),
+        Protocol::Gemini => {
+            format!("provider '{provider}' (gemini) needs api_key_env: Gemini requires a key")
+        }
+        _ => format!(
+            "provider '{provider}' ({}) needs api_key_env: it requires a key",
+            kind.as_str()
+        ),
     }
 }
 
@@ -552,15 +648,116 @@ mod tests {
         // It survives the round trip through a pinned model's own config.
         let again = Registry::with_env(lab.config(), |_| None);
         assert_eq!(again.pin("lab:m").unwrap(), lab);
-        let zero = registry(
-            "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nrequest_deadline_secs = 0\n",
+        // A zero in a file is refused where the file is read (config's tests); one that
+        // reaches the registry otherwise (a pin) is refused here.
+        for setting in [
+            "request_deadline_secs",
+            "idle_timeout_secs",
+            "max_concurrency",
+        ] {
+            let mut zero = lab.config();
+            let p = zero.providers.get_mut("lab").unwrap();
+            match setting {
+                "request_deadline_secs" => p.request_deadline_secs = Some(0),
+                "idle_timeout_secs" => p.idle_timeout_secs = Some(0),
+                _ => p.max_concurrency = Some(0),
+            }
+            let err = Registry::with_env(zero, |_| None)
+                .pin("lab:m")
+                .unwrap_err()
+                .to_string();
+            assert_eq!(err, format!("provider 'lab': {setting} must be at least 1"));
+        }
+    }
+
+    #[test]
+    fn the_default_output_limit_is_a_quarter_of_the_window_capped_per_kind() {
+        let reg = registry(
+            "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1\"\n\n\
+             [models.small]\nprovider = \"lab\"\nmodel = \"m\"\ncontext_window = 8192\n\n\
+             [models.big]\nprovider = \"lab\"\nmodel = \"m\"\ncontext_window = 131072\n\n\
+             [models.set]\nprovider = \"lab\"\nmodel = \"m\"\ncontext_window = 8192\nmax_output_tokens = 4000\n\n\
+             [models.claude]\nprovider = \"anthropic\"\nmodel = \"c\"\ncontext_window = 1000000\n\n\
+             [models.gem]\nprovider = \"gemini\"\nmodel = \"g\"\ncontext_window = 1048576\n",
             &[],
         );
-        let err = zero.pin("lab:m").unwrap_err().to_string();
+        let out = |name: &str| reg.pin(name).unwrap().max_output_tokens;
+        assert_eq!(out("small"), 2048);
+        assert_eq!(out("big"), 16_384, "capped for OpenAI-protocol servers");
+        assert_eq!(out("set"), 4000, "a configured limit is kept as is");
+        assert_eq!(out("claude"), 32_000);
+        assert_eq!(out("gem"), 8_192);
+        // Without a window either: a quarter of the default window on every kind.
+        for name in ["lab:m", "anthropic:c", "gemini:g", "openai:o"] {
+            assert_eq!(out(name), 8_192, "{name}");
+        }
+        assert_eq!(default_max_output_tokens(Protocol::OpenaiChat, 3), 1);
+    }
+
+    #[test]
+    fn idle_timeout_and_max_concurrency_are_pinned_and_left_out_at_their_defaults() {
+        let reg = registry(
+            "[providers.lab]\nkind = \"openai-chat\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nidle_timeout_secs = 300\nmax_concurrency = 1\n",
+            &[],
+        );
+        let lab = reg.pin("lab:m").unwrap();
+        assert_eq!(lab.provider.idle_timeout_secs, 300);
+        assert_eq!(lab.provider.max_concurrency, Some(1));
+        let json = serde_json::to_value(&lab).unwrap();
+        assert_eq!(json["provider"]["idle_timeout_secs"], 300);
+        assert_eq!(json["provider"]["max_concurrency"], 1);
+        // A resolved model's provider takes turns in the process-wide slots.
+        let slots = lab.provider.slots().unwrap();
+        assert_eq!(slots.available_permits(), 1);
+        assert!(Arc::ptr_eq(&slots, &lab.provider.slots().unwrap()));
+        let again = Registry::with_env(lab.config(), |_| None);
+        assert_eq!(again.pin("lab:m").unwrap(), lab);
+        // At their defaults they are not written, so older pins keep their digests.
+        let plain = reg.pin("ollama:m").unwrap();
+        assert_eq!(plain.provider.idle_timeout_secs, DEFAULT_IDLE_TIMEOUT_SECS);
+        assert_eq!(plain.provider.max_concurrency, None);
+        assert!(plain.provider.slots().is_none());
+        let json = serde_json::to_value(&plain).unwrap();
         assert!(
-            err.contains("request_deadline_secs must be at least 1"),
+            json["provider"].get("idle_timeout_secs").is_none(),
+            "{json}"
+        );
+        assert!(json["provider"].get("max_concurrency").is_none(), "{json}");
+        let mut changed = plain.clone();
+        changed.provider.max_concurrency = Some(2);
+        assert_eq!(
+            changed.changes_from(&plain),
+            ["provider.max_concurrency null → 2"]
+        );
+        assert_ne!(changed.digest(), plain.digest());
+    }
+
+    #[test]
+    fn anthropic_elsewhere_needs_no_key_but_at_anthropic_it_does() {
+        let reg = registry(
+            "[providers.llama]\nkind = \"anthropic\"\nbase_url = \"http://127.0.0.1:8080\"\n\n\
+             [providers.direct]\nkind = \"anthropic\"\nbase_url = \"https://api.anthropic.com/v1\"\n\n\
+             [providers.gem]\nkind = \"gemini\"\nbase_url = \"http://127.0.0.1:8081/v1beta\"\n",
+            &[],
+        );
+        let llama = reg.resolve("llama:qwen").unwrap();
+        assert_eq!(llama.protocol, Protocol::Anthropic);
+        assert_eq!(reg.pin("llama:qwen").unwrap().provider.api_key_env, None);
+        let err = reg.pin("direct:claude").unwrap_err().to_string();
+        assert!(
+            err.contains("provider 'direct' (anthropic) needs api_key_env"),
             "{err}"
         );
+        let err = reg.pin("gem:g").unwrap_err().to_string();
+        assert!(err.contains("Gemini requires a key"), "{err}");
+        // A pinned keyless Anthropic provider at Anthropic's endpoint is refused too.
+        let mut pinned = reg.pin("llama:qwen").unwrap();
+        pinned.provider.base_url = "https://api.anthropic.com".into();
+        let err = Registry::with_env(pinned.config(), |_| None)
+            .resolve("llama:qwen")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("needs api_key_env"), "{err}");
     }
 
     #[test]
@@ -620,7 +817,7 @@ mod tests {
             m.limits,
             ModelLimits {
                 context_window: DEFAULT_CONTEXT_WINDOW,
-                max_output_tokens: DEFAULT_MAX_OUTPUT_TOKENS
+                max_output_tokens: DEFAULT_CONTEXT_WINDOW / 4
             }
         );
         assert_eq!(m.pricing, None);

@@ -119,7 +119,7 @@ impl Provider for Retry {
             };
             // A retry of a request that ran out of time would likely take as long again.
             let attempt_needs = match &error {
-                LlmError::DeadlineExceeded { deadline } => *deadline,
+                LlmError::DeadlineExceeded { deadline, .. } => *deadline,
                 _ => Duration::ZERO,
             };
             if started.elapsed() + delay + attempt_needs > self.policy.total_deadline {
@@ -263,6 +263,7 @@ mod tests {
             tokio::time::sleep(self.deadline).await;
             Err(LlmError::DeadlineExceeded {
                 deadline: self.deadline,
+                provider: "slow".into(),
             })
         }
     }

@@ -19,6 +19,9 @@ pub enum Scripted {
     Events(Vec<StreamEvent>),
     /// The request fails before any event (e.g. an HTTP error).
     Error(LlmError),
+    /// These events, then nothing: the stream neither ends nor fails, like a server that
+    /// stopped sending mid-response (for tests of cancelling a response part-way).
+    Stalls(Vec<StreamEvent>),
 }
 
 struct State {
@@ -106,6 +109,15 @@ impl Provider for ScriptedProvider {
                     }
                     yield Ok(event);
                 }
+            })),
+            Some(Scripted::Stalls(events)) => Ok(Box::pin(async_stream::stream! {
+                for event in events {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    yield Ok(event);
+                }
+                std::future::pending::<()>().await;
             })),
         }
     }

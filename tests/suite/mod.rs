@@ -2,6 +2,7 @@ mod auto;
 mod hidden_answer;
 mod lost_queue;
 mod pinned_config;
+mod provider_config;
 mod sweep;
 mod traces;
 mod transcripts;

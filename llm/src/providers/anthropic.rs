@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, image_omitted};
 use crate::error::LlmError;
-use crate::http::{Endpoint, endpoint_builders, send_streaming};
+use crate::http::{Endpoint, endpoint_builders};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
@@ -426,21 +426,31 @@ impl StreamState for AnthropicStreamState {
 
 // ---- HTTP -----------------------------------------------------------------------------------
 
-/// An Anthropic Messages endpoint.
+/// An Anthropic Messages endpoint: Anthropic's own, or any server speaking its wire format
+/// (llama.cpp's server, a proxy).
 pub struct Anthropic {
     endpoint: Endpoint,
-    api_key: String,
+    /// Sent as `x-api-key`; `None` sends no key header (a local server).
+    api_key: Option<String>,
 }
 
 impl Anthropic {
     pub fn new(api_key: impl Into<String>) -> Result<Self, LlmError> {
+        let mut provider = Self::without_key()?;
+        provider.api_key = Some(api_key.into());
+        Ok(provider)
+    }
+
+    /// Sends no `x-api-key` header: for a server at another `base_url` that needs no key
+    /// (Anthropic's own endpoint refuses such requests with a 401).
+    pub fn without_key() -> Result<Self, LlmError> {
         Ok(Self {
             endpoint: Endpoint::new(
                 Protocol::Anthropic,
                 "anthropic",
                 Protocol::Anthropic.default_base_url(),
             )?,
-            api_key: api_key.into(),
+            api_key: None,
         })
     }
 
@@ -454,19 +464,18 @@ impl Provider for Anthropic {
     }
 
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
-        let request = self
+        let mut request = self
             .endpoint
             .post(format!("{}/v1/messages", self.endpoint.base_url))?
-            .header("x-api-key", &self.api_key)
             .header("anthropic-version", API_VERSION)
             .header("accept", "text/event-stream")
             .json(&to_wire(req, &self.endpoint.caps));
-        send_streaming(
-            request,
-            Box::new(AnthropicStreamState::default()),
-            &self.endpoint.options,
-        )
-        .await
+        if let Some(key) = &self.api_key {
+            request = request.header("x-api-key", key);
+        }
+        self.endpoint
+            .send(request, Box::new(AnthropicStreamState::default()))
+            .await
     }
 }
 

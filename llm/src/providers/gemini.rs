@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, SchemaDialect, image_omitted};
 use crate::error::LlmError;
-use crate::http::{Endpoint, endpoint_builders, send_streaming};
+use crate::http::{Endpoint, endpoint_builders};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::schema::legacy_schema;
@@ -606,12 +606,9 @@ impl Provider for Gemini {
             .header("x-goog-api-key", &self.api_key)
             .header("accept", "text/event-stream")
             .json(&body);
-        send_streaming(
-            request,
-            Box::new(GeminiStreamState::default()),
-            &self.endpoint.options,
-        )
-        .await
+        self.endpoint
+            .send(request, Box::new(GeminiStreamState::default()))
+            .await
     }
 }
 

@@ -9,7 +9,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, MaxTokensField, image_omitted};
 use crate::error::LlmError;
-use crate::http::{Endpoint, endpoint_builders, send_streaming};
+use crate::http::{Endpoint, endpoint_builders};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
@@ -467,12 +467,9 @@ impl Provider for OpenAiChat {
     }
 
     async fn stream(&self, req: &ChatRequest) -> Result<EventStream, LlmError> {
-        send_streaming(
-            self.request(req)?,
-            Box::new(ChatStreamState::default()),
-            &self.endpoint.options,
-        )
-        .await
+        self.endpoint
+            .send(self.request(req)?, Box::new(ChatStreamState::default()))
+            .await
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::capability::{Capabilities, image_omitted};
 use crate::error::LlmError;
-use crate::http::{Endpoint, endpoint_builders, send_streaming};
+use crate::http::{Endpoint, endpoint_builders};
 use crate::protocol::{Protocol, StreamState};
 use crate::provider::{EventStream, Provider};
 use crate::sse::SseEventRef;
@@ -455,12 +455,9 @@ impl Provider for OpenAiResponses {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        send_streaming(
-            request,
-            Box::new(ResponsesStreamState::default()),
-            &self.endpoint.options,
-        )
-        .await
+        self.endpoint
+            .send(request, Box::new(ResponsesStreamState::default()))
+            .await
     }
 }
 

@@ -21,7 +21,7 @@
 //! - A local server by base URL, through the OpenAI Chat, OpenAI Responses and Anthropic wire
 //!   formats:
 //!   `ANVIL_CONFORMANCE_BASE_URL=http://127.0.0.1:18081` and `ANVIL_CONFORMANCE_MODEL=qwen`
-//!   (llama.cpp's server speaks both; see shared/tools/local-llm).
+//!   (llama.cpp's server speaks both).
 //!
 //! A target whose environment is not set is skipped with a message saying what to set.
 
@@ -354,11 +354,14 @@ async fn local_anthropic() {
             "ANVIL_CONFORMANCE_BASE_URL (and ANVIL_CONFORMANCE_MODEL)",
         );
     };
-    // Local servers accept any key; Anthropic's wire format requires the header.
-    let p = Anthropic::new(key.unwrap_or_else(|| "local".into()))
-        .unwrap()
-        .with_base_url(base)
-        .with_name("local");
+    // A local server needs no key: none is sent unless one is given.
+    let p = match key {
+        Some(key) => Anthropic::new(key),
+        None => Anthropic::without_key(),
+    }
+    .unwrap()
+    .with_base_url(base)
+    .with_name("local");
     run_target("local anthropic", Arc::new(p), &model).await;
 }
 
