@@ -8,8 +8,9 @@
 //!   the same outcome;
 //! - a response that did not finish normally (max tokens, refusal, an unknown stop, a broken
 //!   stream) never has its tool calls executed;
-//! - on cancel, a partial response is dropped, and every tool call already in the transcript
-//!   gets a result saying what happened to it, so the transcript stays valid;
+//! - on cancel, a partial response's text is kept (it was shown) and its usage counted, reported
+//!   or estimated; its cut-off tool calls are dropped, and every tool call already in the
+//!   transcript gets a result saying what happened to it, so the transcript stays valid;
 //! - every change to the session goes through one function, [`Agent::commit`]: the record is
 //!   written to the session file (when there is one) and applied through the session reducer,
 //!   the same one that loads a file — so a loaded session is the live one. A tool call's
@@ -22,8 +23,8 @@ use std::sync::Arc;
 use anvil_llm::config::Pricing;
 use anvil_llm::text::Limit;
 use anvil_llm::{
-    ChatRequest, ContentBlock, FinishReason, LlmError, Message, MessageBuilder, Provider, Role,
-    StreamEvent, TranscriptError, TranscriptValidator,
+    ChatRequest, ContentBlock, FinishReason, LlmError, Message, MessageBuilder, Provider,
+    ProviderMeta, Role, StreamEvent, TranscriptError, TranscriptValidator,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -38,6 +39,7 @@ use crate::registry::{Dispatched, ToolRegistry};
 use crate::session::{
     LoadedSession, Record, ReplaceReason, SessionError, SessionState, SessionWriter, repair,
 };
+use crate::text_calls::{self, ToolCallMode};
 use crate::tool::ToolContext;
 
 /// Per-session settings of the loop.
@@ -64,6 +66,8 @@ pub struct AgentConfig {
     pub pricing: Option<Pricing>,
     /// The wire protocol, for telemetry (`gen_ai.provider.name`); `None`: the provider's name.
     pub protocol: Option<anvil_llm::Protocol>,
+    /// What to do with tool calls the model writes as text ([`crate::text_calls`]).
+    pub tool_calls: ToolCallMode,
 }
 
 impl Default for AgentConfig {
@@ -79,6 +83,7 @@ impl Default for AgentConfig {
             context_window: None,
             pricing: None,
             protocol: None,
+            tool_calls: ToolCallMode::Native,
         }
     }
 }
@@ -120,6 +125,8 @@ pub struct Agent {
     spend_limit: Option<SpendLimit>,
     /// The wire protocol, for telemetry.
     protocol: Option<anvil_llm::Protocol>,
+    /// What to do with tool calls the model writes as text.
+    tool_calls: ToolCallMode,
 }
 
 /// A hard budget in USD over what this agent spends from `base` (what the session had spent
@@ -137,10 +144,28 @@ enum Step {
 
 /// A model request that was sent ([`Agent::metered`]).
 struct Metered {
-    sampled: Result<Option<anvil_llm::Completion>, LlmError>,
+    sampled: Result<Sampled, LlmError>,
     /// Its span, for the usage still to record.
     chat: tracing::Span,
     reservation: Option<anvil_llm::cost::Reservation>,
+}
+
+/// What a model request brought back.
+enum Sampled {
+    /// The whole response.
+    Complete(anvil_llm::Completion),
+    /// Cancelled; what had arrived by then, `None` when the response had not begun.
+    Cancelled(Option<Partial>),
+}
+
+/// What arrived of a response before it was cancelled: it was shown as it streamed, so its
+/// text is kept in the transcript ([`Agent::keep_partial`]) and its usage counted
+/// ([`Agent::commit_partial_usage`]).
+struct Partial {
+    /// The blocks so far (a tool call's arguments may be cut short).
+    message: Message,
+    /// What the provider had reported by then.
+    usage: anvil_llm::Usage,
 }
 
 impl Agent {
@@ -185,6 +210,7 @@ impl Agent {
             pricing: cfg.pricing,
             spend_limit: None,
             protocol: cfg.protocol,
+            tool_calls: cfg.tool_calls,
         }
     }
 
@@ -337,8 +363,72 @@ impl Agent {
         });
         crate::telemetry::record_usage(chat, &self.request.model, &usage, cost_usd, estimated);
         self.events
-            .send(AgentEvent::Usage { usage, cost_usd })
+            .send(AgentEvent::Usage {
+                usage,
+                cost_usd,
+                estimated: false,
+            })
             .await;
+    }
+
+    /// Counts a response cancelled after it began: the usage the provider reported so far,
+    /// what it had not reported yet estimated — the input as `input_tokens` (the request's
+    /// estimate), the output from what arrived (chars / 4) when that is more than was
+    /// reported — and marked as an estimate, in the session and in the `Usage` event. Settles
+    /// the request's reservation.
+    async fn commit_partial_usage(
+        &mut self,
+        partial: &Partial,
+        input_tokens: u64,
+        chat: &tracing::Span,
+    ) {
+        let mut usage = partial.usage;
+        let mut estimated = false;
+        if usage.total_input() == 0 {
+            usage.input = input_tokens;
+            estimated = true;
+        }
+        let seen = if partial.message.content.is_empty() {
+            0
+        } else {
+            crate::context::budget::estimate_messages(std::slice::from_ref(&partial.message))
+        };
+        if seen > usage.output {
+            usage.output = seen;
+            estimated = true;
+        }
+        let cost_usd = self.pricing.map(|p| p.cost(&usage));
+        self.commit_or_note(Record::Usage {
+            usage,
+            cost_usd,
+            estimated,
+        });
+        crate::telemetry::record_usage(chat, &self.request.model, &usage, cost_usd, estimated);
+        self.events
+            .send(AgentEvent::Usage {
+                usage,
+                cost_usd,
+                estimated,
+            })
+            .await;
+    }
+
+    /// Keeps the text of a response cancelled mid-stream in the transcript: it was shown, so
+    /// a resumed session shows it too, and the model sees what it had said. Its reasoning and
+    /// tool calls are left out (a call cut off has no whole arguments, and never runs).
+    fn keep_partial(&mut self, partial: Option<Partial>) {
+        let Some(partial) = partial else { return };
+        let text: Vec<ContentBlock> = partial
+            .message
+            .content
+            .into_iter()
+            .filter(|b| matches!(b, ContentBlock::Text { text } if !text.trim().is_empty()))
+            .collect();
+        if text.is_empty() {
+            return;
+        }
+        // A transcript that cannot take it stays as it was: the turn is cancelled either way.
+        let _ = self.append(Message::new(Role::Assistant, text));
     }
 
     /// Admits a request of about `input_tokens` with `max_output`: under a hard budget its
@@ -405,6 +495,10 @@ impl Agent {
         .instrument(chat.clone())
         .await;
         self.settle(&chat, reservation, &sampled);
+        if let Ok(Sampled::Cancelled(Some(partial))) = &sampled {
+            let input = input_tokens.unwrap_or_else(|| self.context_tokens());
+            self.commit_partial_usage(partial, input, &chat).await;
+        }
         Ok(Metered {
             sampled,
             chat,
@@ -412,25 +506,27 @@ impl Agent {
         })
     }
 
-    /// After a request: a response that got no reported usage (it failed or was cancelled)
-    /// settles its reservation with its input part as an estimate, never a known 0; a
-    /// response's usage settles it in [`Agent::commit_usage`].
+    /// After a request: a response that failed, or was cancelled before it began, settles its
+    /// reservation with its input part as an estimate, never a known 0; a response's usage
+    /// settles it in [`Agent::commit_usage`], a cancelled one's in
+    /// [`Agent::commit_partial_usage`].
     fn settle(
         &mut self,
         chat: &tracing::Span,
         reservation: Option<anvil_llm::cost::Reservation>,
-        sampled: &Result<Option<anvil_llm::Completion>, LlmError>,
+        sampled: &Result<Sampled, LlmError>,
     ) {
         if let Some(r) = reservation {
             chat.record("anvil.reserved_usd", r.usd);
         }
-        if matches!(sampled, Ok(Some(_))) {
+        match sampled {
+            Ok(Sampled::Complete(_)) => return,
+            Err(e) => chat.record("error.type", e.kind().as_str()),
+            Ok(Sampled::Cancelled(_)) => chat.record("error.type", "cancelled"),
+        };
+        if matches!(sampled, Ok(Sampled::Cancelled(Some(_)))) {
             return;
         }
-        match sampled {
-            Err(e) => chat.record("error.type", e.kind().as_str()),
-            _ => chat.record("error.type", "cancelled"),
-        };
         if let Some(r) = reservation {
             self.commit_or_note(Record::CostEstimated { usd: r.input_usd });
             chat.record("anvil.cost_usd", r.input_usd);
@@ -512,6 +608,12 @@ impl Agent {
         self.protocol = Some(protocol);
         self.commit_or_note(Record::ModelChanged { model });
         handoff
+    }
+
+    /// What to do from now on with tool calls the model writes as text (the new model's
+    /// setting, after [`Agent::switch_model`]).
+    pub fn set_tool_calls(&mut self, mode: ToolCallMode) {
+        self.tool_calls = mode;
     }
 
     /// The provider as telemetry names it: the protocol's conventional name, else its own.
@@ -621,8 +723,11 @@ impl Agent {
             Err(reason) => return Step::Finished(TurnOutcome::BudgetExceeded { reason }),
         };
         let completion = match sampled {
-            Ok(Some(c)) => c,
-            Ok(None) => return Step::Finished(TurnOutcome::Cancelled),
+            Ok(Sampled::Complete(c)) => c,
+            Ok(Sampled::Cancelled(partial)) => {
+                self.keep_partial(partial);
+                return Step::Finished(TurnOutcome::Cancelled);
+            }
             Err(e) => {
                 let (error, retryable, http_status) =
                     (e.to_string(), e.is_retryable(), e.http_status());
@@ -661,6 +766,9 @@ impl Agent {
             });
         }
 
+        if message.tool_calls().next().is_none() {
+            self.recover_text_calls(&mut message).await;
+        }
         let calls: Vec<(String, String, Value)> = message
             .tool_calls()
             .map(|c| (c.id.to_string(), c.name.to_string(), c.arguments.clone()))
@@ -763,8 +871,8 @@ impl Agent {
             Err(reason) => return Err(format!("the summary request was not sent: {reason}")),
         };
         let completion = match sampled {
-            Ok(Some(c)) => c,
-            Ok(None) => return Err("cancelled".into()),
+            Ok(Sampled::Complete(c)) => c,
+            Ok(Sampled::Cancelled(_)) => return Err("cancelled".into()),
             Err(e) => return Err(format!("the summary request failed: {e}")),
         };
         self.commit_usage(completion.usage, reservation, &completion.message, &chat)
@@ -819,6 +927,60 @@ impl Agent {
                 }
                 in_message.push(id.clone());
             }
+        }
+    }
+
+    /// A response without structured calls that describes calls in its text: with `text` or
+    /// `auto` the calls are added to `message` as call blocks (the text is kept), with
+    /// canonical ids and an `anvil` meta naming how each was written, so the transcript says
+    /// they were recovered and every provider can be sent them back as ordinary calls. With
+    /// `native` nothing changes, and a hint names the setting.
+    async fn recover_text_calls(&mut self, message: &mut Message) {
+        let text = message.text();
+        if text.is_empty() {
+            return;
+        }
+        let tools = &self.request.tools;
+        let found = text_calls::find(&text, &|name| tools.iter().any(|t| t.name == name));
+        if found.calls.is_empty() {
+            return;
+        }
+        let recover = match self.tool_calls {
+            ToolCallMode::Native => {
+                let name = &found.calls[0].name;
+                self.events
+                    .send(AgentEvent::Hint {
+                        message: format!(
+                            "the model wrote a call to {name} as text instead of making it; set \
+                             tool_calls = \"text\" (or \"auto\") under [models.<alias>] in the \
+                             config to run such calls"
+                        ),
+                    })
+                    .await;
+                false
+            }
+            ToolCallMode::Text => true,
+            ToolCallMode::Auto => found.whole,
+        };
+        if !recover {
+            return;
+        }
+        let position = self.request.messages.len();
+        for (n, call) in found.calls.into_iter().enumerate() {
+            tracing::info!(
+                tool = %call.name,
+                format = call.format.name(),
+                "a tool call written as text was recovered"
+            );
+            message.content.push(ContentBlock::ToolCall {
+                id: format!("anvil_text_{position}_{}", n + 1),
+                name: call.name,
+                arguments: call.arguments,
+                meta: Some(ProviderMeta::new(
+                    text_calls::RECOVERED_META,
+                    serde_json::json!({ "recovered_from": call.format.name() }),
+                )),
+            });
         }
     }
 
@@ -1084,7 +1246,7 @@ impl Agent {
 const KEEP_STEPS: usize = 3;
 
 /// Streams one response to `request`, forwarding text and reasoning deltas when `forward`.
-/// `Ok(None)` when cancelled (the partial response is dropped). Records on `chat`, the
+/// Cancelled, it returns what had arrived ([`Sampled::Cancelled`]). Records on `chat`, the
 /// request's span (the caller runs it in that span), the time to the first token (text,
 /// reasoning or a tool call).
 async fn stream_completion(
@@ -1094,19 +1256,22 @@ async fn stream_completion(
     cancel: &CancellationToken,
     forward: bool,
     chat: &tracing::Span,
-) -> Result<Option<anvil_llm::Completion>, LlmError> {
+) -> Result<Sampled, LlmError> {
     let started = std::time::Instant::now();
     let mut first_token = true;
     let mut stream = tokio::select! {
         biased;
-        _ = cancel.cancelled() => return Ok(None),
+        _ = cancel.cancelled() => return Ok(Sampled::Cancelled(None)),
         s = provider.stream(request) => s?,
     };
     let mut builder = MessageBuilder::new();
     loop {
         let event = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Ok(None),
+            _ = cancel.cancelled() => {
+                let (message, usage) = builder.into_partial();
+                return Ok(Sampled::Cancelled(Some(Partial { message, usage })));
+            }
             e = stream.next() => e,
         };
         let Some(event) = event else { break };
@@ -1139,7 +1304,7 @@ async fn stream_completion(
         }
         builder.push(&event)?;
     }
-    builder.finish().map(Some)
+    builder.finish().map(Sampled::Complete)
 }
 
 fn finish_label(finish: &FinishReason) -> String {

@@ -100,6 +100,11 @@ pub enum AgentEvent {
         usage: Usage,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cost_usd: Option<f64>,
+        /// Part of `usage` is anvil's estimate, not the provider's report: the response was
+        /// cancelled before the provider reported it all (input: the request's estimate;
+        /// output: the text that arrived, chars / 4).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        estimated: bool,
     },
     StepFailed {
         step: u32,
@@ -116,6 +121,12 @@ pub enum AgentEvent {
     Compacted {
         before_tokens: u64,
         after_tokens: u64,
+    },
+    /// Advice for the user about a setting (a final answer that reads as a tool call with
+    /// `tool_calls = "native"`): one line, printed on stderr interactively and carried as
+    /// `hint` in headless results.
+    Hint {
+        message: String,
     },
     TurnFinished {
         outcome: TurnOutcome,

@@ -34,6 +34,8 @@ pub mod secrets;
 pub mod session;
 /// The agent's spans, after the OpenTelemetry GenAI semantic conventions.
 pub mod telemetry;
+/// Tool calls a model wrote as text: finding them (`tool_calls = "text" | "auto"`).
+pub mod text_calls;
 /// Tool, TypedTool, effects and cancellation behaviour.
 pub mod tool;
 /// The native tools.

@@ -128,7 +128,14 @@ pub struct HeadlessResult {
     pub text: String,
     /// Model requests in the turn.
     pub steps: u32,
+    /// What the turn's responses used, as the provider reported it — or, for a response
+    /// cancelled before it was reported, partly estimated (`usage_estimated`).
     pub usage: Usage,
+    /// Part of `usage` is anvil's estimate, not the provider's report: a response was cut off
+    /// (`cancelled`) before the provider reported its usage (input: the request's estimate;
+    /// output: the text that arrived, chars / 4).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub usage_estimated: bool,
     /// The name the model was resolved from (alias or `provider:model`).
     pub model: String,
     /// The provider's config name.
@@ -164,6 +171,10 @@ pub struct HeadlessResult {
     /// the turn kept no session file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Advice about a setting, one line: e.g. the model wrote a tool call as text and
+    /// `tool_calls = "text"` would have run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
 }
 
 /// Why a headless turn could not be set up (exit 6 or 64).
@@ -257,6 +268,7 @@ mod tests {
                 cache_read: 0,
                 cache_write: 0,
             },
+            usage_estimated: false,
             model: "good".into(),
             provider: "mock".into(),
             model_id: "claude-good".into(),
@@ -269,6 +281,7 @@ mod tests {
             reason: None,
             session_unwritten: false,
             session_id: None,
+            hint: None,
         }
     }
 
@@ -298,8 +311,20 @@ mod tests {
         for written in [
             result(),
             HeadlessResult {
+                hint: Some("the model wrote a call to write_file as text".into()),
+                ..result()
+            },
+            HeadlessResult {
                 outcome: HeadlessOutcome::ProtocolStopped,
                 reason: Some("pause_turn".into()),
+                ..result()
+            },
+            // Ctrl-C mid-answer: the partial text, and usage partly estimated.
+            HeadlessResult {
+                outcome: HeadlessOutcome::Cancelled,
+                text: "The bug is in the pars".into(),
+                usage_estimated: true,
+                accounting: Accounting::Estimated,
                 ..result()
             },
             HeadlessResult {

@@ -48,5 +48,6 @@ Exit codes (headless mode):
   6    configuration error: missing API key, unknown model, invalid config
   7    budget exceeded: the next request's reserved cost did not fit --max-cost-usd
        (nothing more was spent), or the model has no pricing for a hard budget
-  64   usage error: bad command-line arguments
+  64   usage error: bad command-line arguments (an empty prompt, a -C directory that is
+       not there)
   130  cancelled: Ctrl-C, or stdout was closed";

@@ -20,6 +20,14 @@ fn main() {
             std::process::exit(code);
         }
     };
+    // `-C` to a directory that is not there is a bad argument, whatever the command.
+    if let Err(e) = anvil_runner::cli::setup::check_cwd_arg(&cli) {
+        std::process::exit(headless::fail_setup(
+            cli.output_format,
+            &e.to_string(),
+            exit::USAGE,
+        ));
+    }
     let telemetry = anvil_runner::telemetry::init("anvil", None);
     let code = match (&cli.command, cli.print.clone()) {
         (Some(Command::Sessions { all }), _) => sessions::list(&cli, *all),

@@ -13,6 +13,10 @@ pub enum Behaviour {
     /// Answers 200 with an OpenAI Chat event stream of text deltas as fast as it can, up to
     /// `bytes` of body, then closes the connection without `[DONE]`.
     Flood { bytes: usize },
+    /// Answers 200 with an event stream whose first events are `body` (a response begun in
+    /// any wire format: some text, maybe usage), then sends nothing more and keeps the
+    /// connection open: a model that stalls mid-answer, for tests of cancelling it.
+    StallAfter { body: &'static str },
 }
 
 /// A tiny HTTP server on a raw TCP socket, for what wiremock cannot do: stream slowly, or
@@ -92,6 +96,14 @@ async fn serve(mut socket: tokio::net::TcpStream, behaviour: Behaviour) {
                 }
                 tokio::time::sleep(every).await;
             }
+        }
+        Behaviour::StallAfter { body } => {
+            if socket.write_all(SSE_HEADERS).await.is_err()
+                || socket.write_all(body.as_bytes()).await.is_err()
+            {
+                return;
+            }
+            std::future::pending::<()>().await;
         }
         Behaviour::Flood { bytes } => {
             if socket.write_all(SSE_HEADERS).await.is_err() {

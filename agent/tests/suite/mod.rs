@@ -1,6 +1,7 @@
 mod agent_loop;
 mod bash;
 mod budget;
+mod cancel;
 mod fs_tools;
 mod golden;
 mod mcp;
@@ -10,3 +11,4 @@ mod sandbox_limits;
 mod sandbox_privilege;
 mod session_reasoning;
 mod telemetry;
+mod text_calls;

@@ -311,6 +311,47 @@ async fn a_denied_call_never_runs_and_the_model_gets_the_feedback() {
     assert_eq!(asked[0].subject.as_deref(), Some("git push origin main"));
 }
 
+/// A call the model wrote as text (`tool_calls = "text"`) is judged like a structured one:
+/// a deny rule stops it, and an ask goes to the approver.
+#[tokio::test]
+async fn a_call_recovered_from_text_is_judged_like_any_call() {
+    let written =
+        "```json\n{\"name\": \"bash\", \"arguments\": {\"command\": \"rm -rf build\"}}\n```";
+    let approver = Arc::new(ScriptedApprover::new(vec![]));
+    let tool = bash();
+    let runs = Arc::clone(&tool.runs);
+    let mut tools = ToolRegistry::new();
+    tools.register(Arc::new(tool)).unwrap();
+    let mut agent = Agent::new(
+        Arc::new(ScriptedProvider::new(vec![
+            script::text(written),
+            script::text("ok"),
+        ])),
+        Arc::new(tools),
+        AgentConfig {
+            tool_calls: anvil_agent::text_calls::ToolCallMode::Text,
+            ..AgentConfig::default()
+        },
+        "/ws",
+        EventSink::discard(),
+    )
+    .with_permissions(
+        policy(PermissionMode::Bypass, &[], &["bash(rm:*)"]),
+        approver.clone(),
+    );
+    agent
+        .run_turn(vec![ContentBlock::text("clean")], CancellationToken::new())
+        .await;
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        0,
+        "a denied recovered call ran"
+    );
+    let (text, is_error) = last_result(&agent);
+    assert!(is_error, "{text}");
+    assert!(approver.requests().is_empty());
+}
+
 #[tokio::test]
 async fn always_adds_a_session_rule_and_the_next_call_does_not_ask() {
     let approver = Arc::new(ScriptedApprover::new(vec![ApprovalDecision::AllowAlways]));

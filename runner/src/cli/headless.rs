@@ -28,7 +28,15 @@ const MAX_STDIN_BYTES: usize = 16 * 1024 * 1024;
 struct Summary {
     steps: u32,
     usage: Usage,
+    /// Part of `usage` is anvil's estimate (a response cancelled before it was reported).
+    usage_estimated: bool,
+    /// The text of the answer being streamed: since the step started, unless a tool call
+    /// followed it. What `turn_finished` carries as `text`; a cancelled turn's is the partial
+    /// answer.
+    text: String,
     stdout_closed: bool,
+    /// The last hint the agent gave (`AgentEvent::Hint`).
+    hint: Option<String>,
 }
 
 pub async fn run(cli: Cli, prompt: String) -> i32 {
@@ -36,6 +44,15 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
         Ok(p) => p,
         Err(e) => return fail_setup(cli.output_format, &e, exit::USAGE),
     };
+    // A turn with nothing to do would still be sent (and paid for).
+    if prompt.trim().is_empty() {
+        return fail_setup(
+            cli.output_format,
+            "the prompt is empty: say what to do (-p \"fix the failing test\"), or pipe it on \
+             stdin",
+            exit::USAGE,
+        );
+    }
     let (sink, events) = EventSink::channel(256);
     let mut session = match setup::build(&cli, sink, Arc::new(anvil_agent::mcp::Decline)) {
         Ok(s) => s,
@@ -147,6 +164,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 text: final_text,
                 steps: summary.steps,
                 usage: summary.usage,
+                usage_estimated: summary.usage_estimated,
                 model: session.model.name.clone(),
                 provider: session.model.provider_name.clone(),
                 model_id: session.model.model.clone(),
@@ -159,6 +177,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 reason,
                 session_unwritten,
                 session_id,
+                hint: summary.hint.clone(),
             };
             match serde_json::to_string(&result) {
                 Ok(line) => writeln!(stdout, "{line}"),
@@ -195,10 +214,16 @@ fn with_stdin(prompt: String) -> Result<String, String> {
     if piped.trim().is_empty() {
         return Ok(prompt);
     }
+    if prompt.trim().is_empty() {
+        // `-p ""` with the task on stdin: stdin is the prompt.
+        return Ok(piped.trim().to_string());
+    }
     Ok(format!("{prompt}\n\n{}", piped.trim_end()))
 }
 
-fn fail_setup(format: OutputFormat, error: &str, code: i32) -> i32 {
+/// Says why no turn could start — on stderr, or as a [`HeadlessFailure`] line in `json` and
+/// `stream-json` — and returns `code`.
+pub fn fail_setup(format: OutputFormat, error: &str, code: i32) -> i32 {
     match format {
         OutputFormat::Text => eprintln!("anvil: {error}"),
         OutputFormat::Json | OutputFormat::StreamJson => {
@@ -248,16 +273,43 @@ async fn render(
     let mut out = std::io::stdout();
     while let Some(event) = events.recv().await {
         match &event {
-            AgentEvent::StepStarted { .. } => summary.steps += 1,
-            AgentEvent::Usage { usage, .. } => summary.usage += *usage,
+            AgentEvent::StepStarted { .. } => {
+                summary.steps += 1;
+                summary.text.clear();
+            }
+            AgentEvent::TextDelta { text } => summary.text.push_str(text),
+            AgentEvent::ToolCallStarted { .. } => summary.text.clear(),
+            AgentEvent::Usage {
+                usage, estimated, ..
+            } => {
+                summary.usage += *usage;
+                summary.usage_estimated |= *estimated;
+            }
+            AgentEvent::Hint { message } => {
+                if format == OutputFormat::Text {
+                    eprintln!("anvil: hint: {message}");
+                }
+                summary.hint = Some(message.clone());
+            }
             _ => {}
         }
         if format == OutputFormat::StreamJson && !summary.stdout_closed {
-            // The last line, turn_finished, also says which session the turn was kept in.
+            // The last line, turn_finished, also carries the answer's text (a cancelled turn's:
+            // what had arrived), the turn's usage, and which session the turn was kept in.
             let line = match (&event, &session_id) {
-                (AgentEvent::TurnFinished { .. }, Some(id)) => serde_json::to_value(&event)
+                (AgentEvent::TurnFinished { .. }, id) => serde_json::to_value(&event)
                     .map(|mut v| {
-                        v["session_id"] = serde_json::Value::String(id.clone());
+                        v["text"] = serde_json::Value::String(summary.text.clone());
+                        v["usage"] = serde_json::to_value(summary.usage).unwrap_or_default();
+                        if summary.usage_estimated {
+                            v["usage_estimated"] = serde_json::Value::Bool(true);
+                        }
+                        if let Some(id) = id {
+                            v["session_id"] = serde_json::Value::String(id.clone());
+                        }
+                        if let Some(hint) = &summary.hint {
+                            v["hint"] = serde_json::Value::String(hint.clone());
+                        }
                         v.to_string()
                     })
                     .unwrap_or_default(),

@@ -318,6 +318,7 @@ fn slash_command(
                     model.limits.max_output_tokens,
                     model.pricing,
                 );
+                session.agent.set_tool_calls(model.tool_calls);
                 let mut note = format!("now on {} ({})", model.name, model.model);
                 if handoff.dropped_reasoning > 0 {
                     note.push_str(&format!(

@@ -386,13 +386,27 @@ fn block_line(out: &mut impl Write, role: Role, block: &ContentBlock) -> std::io
             writeln!(out, "  [image {}]\n", visible(media_type))
         }
         ContentBlock::ToolCall {
-            name, arguments, ..
-        } => writeln!(
-            out,
-            "⏺ {}({})",
-            visible(name),
-            capped_line(&json_visible(&arguments.to_string()))
-        ),
+            name,
+            arguments,
+            meta,
+            ..
+        } => {
+            // A call anvil recovered from the model's text says so (`tool_calls = "text"`).
+            let recovered = anvil_llm::ProviderMeta::for_provider(
+                meta.as_ref(),
+                anvil_agent::text_calls::RECOVERED_META,
+            )
+            .and_then(|d| d["recovered_from"].as_str())
+            .map_or(String::new(), |from| {
+                format!("  (recovered from text: {})", visible(from))
+            });
+            writeln!(
+                out,
+                "⏺ {}({}){recovered}",
+                visible(name),
+                capped_line(&json_visible(&arguments.to_string()))
+            )
+        }
         ContentBlock::ToolResult {
             content, is_error, ..
         } => {

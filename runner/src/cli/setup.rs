@@ -47,6 +47,21 @@ pub struct Session {
     pub mcp: Option<Arc<McpServers>>,
 }
 
+/// `-C DIR` names a directory that is there: else a usage error (exit 64) naming it, before
+/// anything else is read.
+pub fn check_cwd_arg(cli: &Cli) -> Result<(), SetupError> {
+    let Some(dir) = &cli.cwd else { return Ok(()) };
+    match std::fs::metadata(dir) {
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(SetupError(format!("-C {}: not a directory", dir.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SetupError(format!(
+            "-C {}: no such directory",
+            dir.display()
+        ))),
+        Err(e) => Err(SetupError(format!("-C {}: {e}", dir.display()))),
+    }
+}
+
 /// The workspace: `-C DIR` or the current directory, canonical.
 pub fn workspace(cli: &Cli) -> Result<PathBuf, SetupError> {
     let dir = match &cli.cwd {
@@ -409,6 +424,7 @@ fn agent_for(
         context_window: Some(model.limits.context_window),
         pricing: model.pricing,
         protocol: Some(model.protocol),
+        tool_calls: model.tool_calls,
         ..AgentConfig::default()
     };
     Agent::new(

@@ -682,7 +682,7 @@ async fn interactive_without_a_terminal_has_no_ansi_codes() {
 // ---- a real terminal: tmux ----------------------------------------------------------------------
 
 pub(super) struct Tmux {
-    session: String,
+    pub(super) session: String,
 }
 
 impl Tmux {

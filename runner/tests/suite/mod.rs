@@ -1,7 +1,11 @@
 mod auto;
 mod budget;
 mod cli;
+mod interrupt;
 mod mcp;
 mod otel;
 mod queue;
 mod sessions;
+mod terminal;
+mod text_calls;
+mod usage;
