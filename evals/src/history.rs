@@ -19,9 +19,18 @@ pub fn sweep_glob(pattern: &str, flag: &str) -> Result<globset::GlobMatcher> {
     if pattern.trim().is_empty() {
         bail!("{flag}: the pattern is empty (give a glob over sweep ids, such as 'nightly-*')");
     }
+    // globset's error repeats the pattern ("error parsing glob 'x[': …"): only its kind is
+    // said, and the pattern only when the flag does not hold it already.
     globset::Glob::new(pattern)
         .map(|g| g.compile_matcher())
-        .map_err(|e| anyhow!("{flag}: '{pattern}' is not a glob over sweep ids: {e}"))
+        .map_err(|e| {
+            let what = if flag.contains(pattern) {
+                "not a glob".to_string()
+            } else {
+                format!("'{pattern}' is not a glob")
+            };
+            anyhow!("{flag}: {what} over sweep ids: {}", e.kind())
+        })
 }
 
 // ---- sweeps ------------------------------------------------------------------------------

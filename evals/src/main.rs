@@ -25,6 +25,7 @@ macro_rules! out_raw {
 mod baseline;
 mod bundle;
 mod history;
+mod status;
 mod sweeps;
 mod workspaces;
 
@@ -113,7 +114,8 @@ enum Command {
     Run(sweeps::RunArgs),
     /// Run queued trials (on this or any machine that reaches the queue) until stopped.
     Worker(sweeps::WorkerCmdArgs),
-    /// Queue depth, sweeps, running trials and workers with their last heartbeat.
+    /// Queue depth, sweeps, a sweep's spend and ETA, running trials (and those waiting for
+    /// re-run after their worker died), and workers: alive, stopped or dead.
     Status {
         #[arg(long)]
         queue: Option<String>,
@@ -214,8 +216,9 @@ enum Command {
         /// reported; which one is said on stderr); or a sweep id in the queue.
         #[arg(long, value_name = "FILE|last:PATTERN|SWEEP")]
         baseline: Option<String>,
-        /// The k of pass@k and pass^k (pass@1 is always shown).
-        #[arg(short = 'k', long = "k", value_delimiter = ',', default_values_t = vec![1u32, 3, 5], value_parser = clap::value_parser!(u32).range(1..))]
+        /// The k of pass@k and pass^k (pass@1 is always shown) [default: 1,3,5 up to the trials
+        /// run per task, as `run`'s report].
+        #[arg(short = 'k', long = "k", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
         k: Vec<u32>,
         #[arg(long, value_enum, default_value_t = Format::Table)]
         format: Format,
@@ -482,6 +485,12 @@ fn main() -> ExitCode {
                     eprintln!("anvil-evals: {e:#}");
                     return ExitCode::from(2);
                 }
+            };
+            // No k asked for: the defaults `run` uses, none above the trials run per task.
+            let k = if k.is_empty() {
+                anvil_report::metric::default_ks(anvil_report::aggregate::trials_per_task(&current))
+            } else {
+                k
             };
             let mut r = anvil_report::report_with(
                 &current,

@@ -200,7 +200,15 @@ fn pin_models(
             } else {
                 registry.pin(model)
             };
-            pinned.map_err(|e| anyhow!("--models: '{model}': {e}"))
+            // Name the model once: most resolution errors name it themselves.
+            pinned.map_err(|e| {
+                let e = e.to_string();
+                if e.contains(&format!("'{model}'")) {
+                    anyhow!("--models: {e}")
+                } else {
+                    anyhow!("--models: '{model}': {e}")
+                }
+            })
         })
         .collect()
 }
@@ -237,7 +245,8 @@ pub struct RunArgs {
     /// Attempts per trial before an infrastructure failure is final [default: 3].
     #[arg(long)]
     pub max_attempts: Option<u32>,
-    /// The k of pass@k / pass^k in the final report [default: 1,3].
+    /// The k of pass@k / pass^k in the final report [default: 1,3,5 up to --trials, as
+    /// `report`'s].
     #[arg(short = 'k', long = "k", value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..))]
     pub k: Vec<u32>,
     /// Compare the final report against this baseline: a results file, a sweep id in the
@@ -336,6 +345,7 @@ impl Settings {
             (None, Some(template)) => Some(anvil_runner::jobs::sweep_file::sweep_id_now(template)),
             (None, None) => None,
         };
+        let trials = args.trials.or(file.trials).unwrap_or(3);
         Ok(Settings {
             selection: TaskSelection {
                 patterns,
@@ -346,12 +356,16 @@ impl Settings {
                 },
             },
             models,
-            trials: args.trials.or(file.trials).unwrap_or(3),
+            trials,
             max_attempts: args.max_attempts.or(file.max_attempts).unwrap_or(3),
             k: if !args.k.is_empty() {
                 args.k.clone()
             } else {
-                file.k.clone().unwrap_or_else(|| vec![1, 3])
+                // `report`'s defaults: none above the trials per task (an adaptive sweep's first
+                // round, which k may not exceed).
+                file.k
+                    .clone()
+                    .unwrap_or_else(|| anvil_report::metric::default_ks(trials))
             },
             max_cost_usd: args.max_cost_usd.or(file.max_cost_usd),
             max_trial_cost_usd: args.max_trial_cost_usd.or(file.max_trial_cost_usd),
@@ -654,92 +668,12 @@ enum Stop {
     Lost(anyhow::Error),
 }
 
-fn age(ms: i64) -> String {
-    let secs = ((now_ms() - ms).max(0) / 1000) as u64;
-    match secs {
-        0..=119 => format!("{secs}s ago"),
-        120..=7199 => format!("{}m ago", secs / 60),
-        _ => format!("{}h ago", secs / 3600),
-    }
-}
-
-fn counts_line(counts: &Counts) -> String {
-    format!(
-        "{} trials: {} done ({} passed), {} running, {} queued, {} retrying, {} infra errors, {} cancelled",
-        counts.total(),
-        counts.get(TrialState::Done),
-        counts.passed,
-        counts.get(TrialState::Running),
-        counts.get(TrialState::Queued),
-        counts.get(TrialState::Retrying),
-        counts.get(TrialState::InfraError),
-        counts.get(TrialState::Cancelled),
-    )
-}
-
+/// `anvil-evals status`: read everything, then print it (see [`crate::status`]).
 pub async fn status(queue: Option<&str>, sweep: Option<&str>) -> Result<ExitCode> {
     let (db, location) = open_existing(queue, 2).await?;
-    out!("queue: {location}");
-    out!("jobs waiting: {}", db.queue_depth().await?);
-    match sweep {
-        Some(id) => {
-            let row = db.sweep(id).await?.ok_or_else(|| {
-                anyhow!("no sweep '{id}' in {location} (run `anvil-evals status` to list them)")
-            })?;
-            out!(
-                "sweep {id}{}: anvil {}, started {}",
-                if row.cancelled { " (cancelled)" } else { "" },
-                row.anvil_git_sha,
-                age(row.created_at_ms)
-            );
-            let counts = db.counts(id).await?;
-            out!("  {}", counts_line(&counts));
-            out!("  {}", spend_line(&db, id, &counts).await?);
-        }
-        None => {
-            let sweeps = db.sweeps().await?;
-            if sweeps.is_empty() {
-                out!("no sweeps yet");
-            }
-            for sweep in sweeps.iter().take(20) {
-                out!(
-                    "sweep {}{} (started {}): {}",
-                    sweep.id,
-                    if sweep.cancelled { " (cancelled)" } else { "" },
-                    age(sweep.created_at_ms),
-                    counts_line(&db.counts(&sweep.id).await?)
-                );
-            }
-        }
-    }
-    let running = db.running(sweep).await?;
-    if !running.is_empty() {
-        out!("running:");
-        for r in running {
-            out!(
-                "  {} attempt {} on {} (started {})",
-                r.key,
-                r.attempt,
-                r.worker.as_deref().unwrap_or("?"),
-                r.started_at_ms.map(age).unwrap_or_default()
-            );
-        }
-    }
-    let workers = db.workers(now_ms() - 24 * 3600 * 1000).await?;
-    out!("workers (last 24 h):");
-    if workers.is_empty() {
-        out!("  none");
-    }
-    for w in workers {
-        out!(
-            "  {} (host {}, pid {}): last heartbeat {}{}",
-            w.name,
-            w.host,
-            w.pid,
-            age(w.last_heartbeat_ms),
-            if w.stopped { ", stopped" } else { "" }
-        );
-    }
+    let now = now_ms();
+    let snapshot = crate::status::read(&db, &location, sweep, now).await?;
+    out_raw!("{}", crate::status::render(&snapshot, now));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -836,7 +770,10 @@ fn unrecorded(counts: &Counts) -> Unrecorded {
 }
 
 pub async fn cancel(queue: Option<&str>, sweep: &str) -> Result<ExitCode> {
-    let (db, _) = open_existing(queue, 2).await?;
+    let (db, location) = open_existing(queue, 2).await?;
+    if db.sweep(sweep).await?.is_none() {
+        bail!("no sweep '{sweep}' in {location} (run `anvil-evals status` to list them)");
+    }
     let stopped = db.cancel_sweep(sweep).await?;
     eprintln!(
         "sweep {sweep} cancelled: {stopped} unfinished trials stopped (running ones end within a few seconds)"
@@ -844,11 +781,41 @@ pub async fn cancel(queue: Option<&str>, sweep: &str) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One progress line of a running sweep, with its ETA when there is one ([`Progress::eta`]).
+fn progress_line(counts: &Counts, eta: Option<Duration>) -> String {
+    let finished = counts.finished();
+    let total = counts.total();
+    let running = counts.get(TrialState::Running);
+    let retrying = counts.get(TrialState::Retrying);
+    let eta = match eta {
+        Some(eta) if finished < total => format!(", ETA {}s", eta.as_millis().div_ceil(1000)),
+        _ => String::new(),
+    };
+    // Infrastructure retries show: waiting for their next attempt, and retried so far.
+    let retries = match (retrying, counts.retried) {
+        (0, 0) => String::new(),
+        (0, r) => format!(" ({r} retried)"),
+        (w, r) => format!(", retrying {w} ({r} retried)"),
+    };
+    format!(
+        "[{finished}/{total}] done {} (passed {}), running {running}, failed {}, infra {}{retries}{eta}",
+        counts.get(TrialState::Done),
+        counts.passed,
+        counts.get(TrialState::Done) - counts.passed.min(counts.get(TrialState::Done)),
+        counts.get(TrialState::InfraError),
+    )
+}
+
 /// Progress of a running sweep: one updating line on a terminal, plain lines otherwise.
 struct Progress {
     tty: bool,
-    started: Instant,
-    last: Option<(u64, u64, u64)>,
+    /// When this process first saw the sweep, and how many of its trials had finished then (a
+    /// resumed sweep's earlier trials say nothing about this run's pace).
+    first: Option<(Instant, u64)>,
+    /// When the count of finished trials last went up, and to what.
+    last_finish: Option<(Instant, u64)>,
+    /// What the last line showed: (finished, running, infra errors, retrying, retried).
+    last: Option<(u64, u64, u64, u64, u64)>,
     last_print: Instant,
 }
 
@@ -856,34 +823,39 @@ impl Progress {
     fn new() -> Self {
         Self {
             tty: std::io::stderr().is_terminal(),
-            started: Instant::now(),
+            first: None,
+            last_finish: None,
             last: None,
             last_print: Instant::now(),
         }
     }
 
+    /// The ETA from the trials finished while this process watched: the time from its start to
+    /// the last finish, per trial finished, times the trials left. Made of finished trials
+    /// only, so it does not drift while none finishes (as `status`'s ETA).
+    fn eta(&mut self, finished: u64, total: u64) -> Option<u64> {
+        let now = Instant::now();
+        let (start, at_start) = *self.first.get_or_insert((now, finished));
+        if self.last_finish.is_none_or(|(_, n)| finished > n) && finished > at_start {
+            self.last_finish = Some((now, finished));
+        }
+        let (at, n) = self.last_finish?;
+        let busy = i64::try_from(at.duration_since(start).as_millis()).unwrap_or(i64::MAX);
+        crate::status::pace_eta_ms(n - at_start, busy, total.saturating_sub(finished))
+    }
+
     fn show(&mut self, counts: &Counts) {
-        let finished = counts.finished();
-        let total = counts.total();
-        let running = counts.get(TrialState::Running);
-        let key = (finished, running, counts.get(TrialState::InfraError));
-        let elapsed = self.started.elapsed();
-        let eta = if finished > 0 && finished < total {
-            let per = elapsed.as_secs_f64() / finished as f64;
-            format!(
-                ", ETA {}s",
-                (per * (total - finished) as f64).round() as u64
-            )
-        } else {
-            String::new()
-        };
-        let line = format!(
-            "[{finished}/{total}] done {} (passed {}), running {running}, failed {}, infra {}{eta}",
-            counts.get(TrialState::Done),
-            counts.passed,
-            counts.get(TrialState::Done) - counts.passed.min(counts.get(TrialState::Done)),
+        let key = (
+            counts.finished(),
+            counts.get(TrialState::Running),
             counts.get(TrialState::InfraError),
+            counts.get(TrialState::Retrying),
+            counts.retried,
         );
+        let eta = self
+            .eta(counts.finished(), counts.total())
+            .map(Duration::from_millis);
+        let line = progress_line(counts, eta);
         if self.tty {
             eprint!("\r\x1b[K{line}");
             let _ = std::io::stderr().flush();
@@ -912,7 +884,7 @@ impl Progress {
 
 /// A sweep's spend so far (from its finished trials' records), the total projected at the
 /// current rate per trial, and its budget when it has one. Unknown costs are said, never 0.
-async fn spend_line(db: &Db, id: &str, counts: &Counts) -> Result<String> {
+pub(crate) async fn spend_line(db: &Db, id: &str, counts: &Counts) -> Result<String> {
     let mut spent = 0.0;
     let (mut known, mut unknown, mut not_admitted) = (0u64, 0u64, 0u64);
     for line in db.records(id).await? {
@@ -947,4 +919,85 @@ async fn spend_line(db: &Db, id: &str, counts: &Counts) -> Result<String> {
         ));
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: RunArgs,
+    }
+
+    fn settings(args: &[&str]) -> Settings {
+        let mut run = Run::try_parse_from(std::iter::once("run").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        Settings::of(&mut run.args).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// `run`'s report shows the k values `report` would: 1, 3 and 5 up to the trials per task.
+    #[test]
+    fn run_and_report_default_to_the_same_k() {
+        let base = ["--tasks", "t/*", "--models", "m"];
+        for (trials, expected) in [
+            (None, vec![1, 3]),
+            (Some("1"), vec![1]),
+            (Some("2"), vec![1]),
+            (Some("5"), vec![1, 3, 5]),
+            (Some("8"), vec![1, 3, 5]),
+        ] {
+            let mut args = base.to_vec();
+            if let Some(t) = trials {
+                args.extend(["--trials", t]);
+            }
+            let s = settings(&args);
+            assert_eq!(s.k, expected, "--trials {trials:?}");
+            assert_eq!(s.k, anvil_report::metric::default_ks(s.trials));
+        }
+        // Asked for, k is kept.
+        let mut args = base.to_vec();
+        args.extend(["--trials", "2", "-k", "1,4"]);
+        assert_eq!(settings(&args).k, [1, 4]);
+    }
+
+    fn counts(states: &[(TrialState, u64)], passed: u64, retried: u64) -> Counts {
+        Counts {
+            by_state: states.iter().copied().collect(),
+            passed,
+            retried,
+        }
+    }
+
+    #[test]
+    fn the_progress_line_shows_trials_waiting_for_a_retry_and_those_retried() {
+        let none = counts(&[(TrialState::Done, 2), (TrialState::Queued, 2)], 1, 0);
+        let line = progress_line(&none, Some(Duration::from_secs(10)));
+        assert_eq!(
+            line,
+            "[2/4] done 2 (passed 1), running 0, failed 1, infra 0, ETA 10s"
+        );
+        let waiting = counts(
+            &[
+                (TrialState::Done, 2),
+                (TrialState::Retrying, 1),
+                (TrialState::Queued, 1),
+            ],
+            2,
+            1,
+        );
+        assert!(
+            progress_line(&waiting, Some(Duration::from_secs(10)))
+                .contains("infra 0, retrying 1 (1 retried), ETA"),
+            "{}",
+            progress_line(&waiting, Some(Duration::from_secs(10)))
+        );
+        let after = counts(&[(TrialState::Done, 4)], 3, 2);
+        assert_eq!(
+            progress_line(&after, None),
+            "[4/4] done 4 (passed 3), running 0, failed 1, infra 0 (2 retried)"
+        );
+    }
 }

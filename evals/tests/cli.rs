@@ -975,9 +975,13 @@ mod history {
             "{p}"
         );
         assert_eq!(p["graded_trials"], 5);
+        // nightly-2 good: every task 2/2, no spread over tasks: the Wilson interval of the
+        // pooled 6 of 6, [6 / (6 + z²), 1] = [0.609666, 1], never the point [1, 1].
         let p = point("nightly-2", "good");
         assert!(
-            close(&p["value"], 1.0) && close(&p["ci"]["low"], 1.0),
+            close(&p["value"], 1.0)
+                && close(&p["ci"]["low"], 0.609_666)
+                && close(&p["ci"]["high"], 1.0),
             "{p}"
         );
         // One task graded: a value, no interval.
@@ -1301,4 +1305,289 @@ mod history {
             std::panic::resume_unwind(panic);
         }
     }
+}
+
+/// The readers (`status`, `export`, `report --sweep`, `report --baseline SWEEP`, `sweeps`,
+/// `trend`, `cancel`) never make a queue, and what `status` says about a queue's trials and
+/// workers.
+mod readers {
+    use std::path::{Path, PathBuf};
+    use std::process::{Command, Output};
+
+    use anvil_runner::jobs::queue::{Db, QueueLocation, SweepRow, TrialKey, WorkerRow, now_ms};
+
+    use super::BIN;
+
+    /// `anvil-evals ARGS` with nothing of this machine's: home, config and data under `home`.
+    fn evals(home: &Path, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join("cfg"))
+            .env("XDG_DATA_HOME", home.join("data"))
+            .env("TMPDIR", home)
+            .output()
+            .unwrap()
+    }
+
+    /// Every path under `dir`, sorted.
+    fn tree(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                out.extend(tree(&path));
+            }
+            out.push(path);
+        }
+        out.sort();
+        out
+    }
+
+    const READERS: [&[&str]; 12] = [
+        &["status"],
+        &["status", "--sweep", "s1"],
+        &["export", "--sweep", "s1"],
+        &["export", "--sweep", "s1", "-o", "out.jsonl"],
+        &["report", "--sweep", "s1"],
+        &["report", "--sweep", "s1", "--format", "json"],
+        &["report", "results.jsonl", "--baseline", "s1"],
+        &["report", "results.jsonl", "--baseline", "last:nightly-*"],
+        &["sweeps"],
+        &["sweeps", "--json"],
+        &["trend", "nightly-*"],
+        &["cancel", "--sweep", "s1"],
+    ];
+
+    /// Each reader, on a queue that does not exist (the default one in an empty data dir, and
+    /// a `--queue` path in a missing directory), on an empty file and on a directory: exit 2
+    /// (bad input, per the README), a message naming the path, said once, and nothing created.
+    #[test]
+    fn read_only_commands_never_create_a_queue_or_a_directory() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        std::fs::write(h.join("results.jsonl"), "").unwrap();
+        std::fs::write(h.join("empty.db"), "").unwrap();
+        std::fs::create_dir(h.join("dir.db")).unwrap();
+        let before = tree(h);
+        let default = h.join("data/anvil/anvil.db");
+        let cases: [(Option<PathBuf>, PathBuf, &str); 4] = [
+            (None, default.clone(), "there is no queue database at"),
+            (
+                Some(h.join("missing/q.db")),
+                h.join("missing/q.db"),
+                "there is no queue database at",
+            ),
+            (
+                Some(h.join("empty.db")),
+                h.join("empty.db"),
+                "is not a queue database: the file is empty",
+            ),
+            (Some(h.join("dir.db")), h.join("dir.db"), "it is not a file"),
+        ];
+        for (queue, shown, expected) in &cases {
+            for args in READERS {
+                let mut args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+                for a in args.iter_mut() {
+                    if a == "results.jsonl" || a == "out.jsonl" {
+                        *a = h.join(a.as_str()).display().to_string();
+                    }
+                }
+                if let Some(q) = queue {
+                    args.extend(["--queue".to_string(), q.display().to_string()]);
+                }
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let out = evals(h, &args);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+                let path = shown.display().to_string();
+                assert!(
+                    stderr.contains(&path) && stderr.contains(expected),
+                    "{args:?}: {stderr}"
+                );
+                assert_eq!(stderr.matches(&path).count(), 1, "said once: {stderr}");
+                assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+                assert!(
+                    out.stdout.is_empty(),
+                    "{args:?}: nothing printed before the error"
+                );
+                assert_eq!(tree(h), before, "{args:?} created something");
+                assert_eq!(std::fs::metadata(h.join("empty.db")).unwrap().len(), 0);
+            }
+        }
+    }
+
+    /// `run --detach` enqueues a sweep that no worker takes; after `cancel`, `status` counts
+    /// no job waiting and every trial cancelled.
+    #[test]
+    fn after_cancel_no_job_waits_and_status_agrees_with_the_trials() {
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path();
+        let q = h.join("q.db").display().to_string();
+        let tasks = super::tasks_dir().join("py-*").display().to_string();
+        let out = evals(
+            h,
+            &[
+                "run", "--tasks", &tasks, "--models", "sonnet", "--trials", "2", "--sweep", "s1",
+                "--detach", "--queue", &q,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let status = |args: &[&str]| {
+            let mut all = vec!["status", "--queue", &q];
+            all.extend(args);
+            let out = evals(h, &all);
+            assert_eq!(out.status.code(), Some(0), "{out:?}");
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let trials = 2 * std::fs::read_dir(super::tasks_dir())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("py-")
+            })
+            .count();
+        let before = status(&[]);
+        assert!(
+            before.contains(&format!("jobs waiting: {trials}\n")),
+            "{before}"
+        );
+        assert!(before.contains(&format!("{trials} queued")), "{before}");
+        let out = evals(h, &["cancel", "--sweep", "s1", "--queue", &q]);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        for text in [status(&[]), status(&["--sweep", "s1"])] {
+            assert!(text.contains("jobs waiting: 0\n"), "{text}");
+            assert!(
+                text.contains(&format!(
+                    "0 queued, 0 retrying, 0 infra errors, {trials} cancelled"
+                )),
+                "{text}"
+            );
+            assert!(!text.contains("ETA"), "{text}");
+        }
+    }
+
+    /// A worker silent past three missed heartbeats is labelled dead, and the trial it held
+    /// waits for re-run instead of counting as running; a live worker's trial runs.
+    #[test]
+    fn status_labels_a_dead_worker_and_its_trial_waits_for_re_run() {
+        let home = tempfile::tempdir().unwrap();
+        let path = home.path().join("q.db");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let db = Db::open(&QueueLocation::Sqlite(path.clone()), 2)
+                .await
+                .unwrap();
+            let now = now_ms();
+            db.record_sweep(&SweepRow {
+                id: "s1".into(),
+                created_at_ms: now - 600_000,
+                spec: "{}".into(),
+                fingerprint: "f".into(),
+                anvil_git_sha: "test".into(),
+                cancelled: false,
+            })
+            .await
+            .unwrap();
+            let key = |trial| TrialKey {
+                sweep: "s1".into(),
+                task: "t".into(),
+                model: "m".into(),
+                variant: None,
+                trial,
+            };
+            db.add_trials(&[key(0), key(1), key(2)]).await.unwrap();
+            // ghost beat every 5 s and last beat 60 s ago; alive beats every 60 s.
+            for (name, last, every) in [("ghost", now - 60_000, 5_000), ("alive", now, 60_000)] {
+                db.register_worker(&WorkerRow {
+                    name: name.into(),
+                    host: "h".into(),
+                    pid: 1,
+                    started_at_ms: now - 120_000,
+                    last_heartbeat_ms: last,
+                    stopped: false,
+                    heartbeat_ms: Some(every),
+                    missed_heartbeats: Some(3),
+                })
+                .await
+                .unwrap();
+            }
+            assert!(db.claim(&key(0), 1, "ghost").await.unwrap());
+            assert!(db.claim(&key(1), 1, "alive").await.unwrap());
+            db.close().await;
+        });
+        let out = evals(
+            home.path(),
+            &[
+                "status",
+                "--sweep",
+                "s1",
+                "--queue",
+                &path.display().to_string(),
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert!(
+            text.contains("3 trials: 0 done (0 passed), 1 running, 1 waiting for re-run"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ghost (host h, pid 1): dead: silent past 3 missed heartbeats of 5s"),
+            "{text}"
+        );
+        assert!(text.contains("alive (host h, pid 1): alive"), "{text}");
+        let rerun = text
+            .split("waiting for re-run (a live worker")
+            .nth(1)
+            .unwrap_or("");
+        assert!(
+            rerun.contains("s1/t/m#0 attempt 1: its worker ghost is presumed dead"),
+            "{text}"
+        );
+        let running = text.split("running:\n").nth(1).unwrap_or("");
+        assert!(
+            running.starts_with("  s1/t/m#1 attempt 1 on alive"),
+            "{text}"
+        );
+    }
+}
+
+/// With no `-k`, `report` shows 1, 3 and 5 only up to the trials run per task (as `run` does).
+#[test]
+fn report_default_k_never_exceeds_the_trials_per_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let two = dir.path().join("two.jsonl");
+    let mut text = String::new();
+    for task in ["a", "b"] {
+        for trial in 0..2 {
+            text.push_str(&record_line(task, "m", trial, trial == 0));
+        }
+    }
+    std::fs::write(&two, text).unwrap();
+    let k = |file: &Path| {
+        let (code, out, err) =
+            report_cli(&[file.as_os_str(), "--format".as_ref(), "json".as_ref()]);
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v["k"].clone()
+    };
+    assert_eq!(k(&two), serde_json::json!([1]));
+    let five = dir.path().join("five.jsonl");
+    write_results(&five, &[("m", &[5, 2])]);
+    assert_eq!(k(&five), serde_json::json!([1, 3, 5]));
+    let (code, table, err) = report_cli(&[two.as_os_str()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        !table.contains("pass@3") && !table.contains("pass@5"),
+        "{table}"
+    );
 }

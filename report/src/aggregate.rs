@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Serialize, Serializer};
 
-use crate::intervals::{Interval, Z95, bootstrap_mean, clustered_mean, wilson};
+use crate::intervals::{Interval, Z95, bootstrap_mean, no_spread, over_tasks, pooled, wilson};
 use crate::metric::Metric;
 use crate::trials::Trials;
 
@@ -61,9 +61,12 @@ pub struct MetricValue {
     #[serde(flatten, serialize_with = "name_and_k")]
     pub metric: Metric,
     pub value: Option<f64>,
-    /// Clustered standard error interval (tasks are the clusters).
+    /// Clustered standard error interval (tasks are the clusters); when every task has the same
+    /// estimate, the Wilson interval of the pooled trials instead
+    /// ([`crate::intervals::over_tasks`]).
     pub ci: Option<Interval>,
-    /// Seeded percentile bootstrap over tasks.
+    /// Seeded percentile bootstrap over tasks; when every task has the same estimate, the same
+    /// pooled Wilson interval as `ci` (a bootstrap of equal values has zero width).
     pub bootstrap_ci: Option<Interval>,
     /// Tasks with at least k graded trials (the others cannot be estimated).
     pub tasks: usize,
@@ -276,6 +279,17 @@ impl ModelStats {
             .collect()
     }
 
+    /// The passed and graded trials, summed over the tasks `metric` is estimated on (those
+    /// [`Self::per_task`] keeps): the pooled trials of its fallback interval.
+    pub(crate) fn pooled(&self, metric: Metric) -> (u64, u64) {
+        let kept = self.per_task(metric);
+        kept.keys()
+            .filter_map(|task| self.per_task.get(task))
+            .fold((0, 0), |(c, n), counts| {
+                (c + u64::from(counts.c), n + u64::from(counts.n))
+            })
+    }
+
     /// The arm's line of the report; `trials` names its tasks.
     pub(crate) fn report(&self, arm: &Arm, metrics: &[Metric], trials: &Trials) -> ModelReport {
         let mut durations = self.durations.clone();
@@ -317,7 +331,10 @@ impl ModelStats {
             not_admitted: self.not_admitted,
             metrics: metrics
                 .iter()
-                .map(|&m| mean_over_tasks(m, &self.per_task(m)))
+                .map(|&m| {
+                    let (passed, graded) = self.pooled(m);
+                    mean_over_tasks(m, &self.per_task(m), passed, graded)
+                })
                 .collect(),
             mean_steps: (self.graded > 0).then(|| self.steps as f64 / self.graded as f64),
             mean_cost_usd: (self.cost_known > 0).then(|| self.cost_sum / self.cost_known as f64),
@@ -328,15 +345,44 @@ impl ModelStats {
     }
 }
 
-fn mean_over_tasks(metric: Metric, per_task: &BTreeMap<u32, f64>) -> MetricValue {
+/// `metric`'s mean over the tasks of `per_task` with its intervals; `passed` of `graded` are
+/// those tasks' pooled trials, for the fallback when every task has the same estimate.
+fn mean_over_tasks(
+    metric: Metric,
+    per_task: &BTreeMap<u32, f64>,
+    passed: u64,
+    graded: u64,
+) -> MetricValue {
     let v: Vec<f64> = per_task.values().copied().collect();
+    let value = (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+    let ci = over_tasks(metric, &v, passed, graded);
+    let bootstrap_ci = match value {
+        Some(mean) if v.len() >= 2 && no_spread(&v) => pooled(metric, passed, graded, mean),
+        _ => bootstrap_mean(&v, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED),
+    };
     MetricValue {
         metric,
-        value: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
-        ci: clustered_mean(&v).map(|(_, ci)| ci.clamp(0.0, 1.0)),
-        bootstrap_ci: bootstrap_mean(&v, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED),
+        value,
+        ci,
+        bootstrap_ci,
         tasks: v.len(),
     }
+}
+
+/// The trials run per task: the most trials with a record in one (sweep, task, model, variant)
+/// — or, for an adaptive sweep, its first round, beyond which no k can be estimated. What
+/// [`crate::metric::default_ks`] is given when no k is asked for; 0 without a trial.
+pub fn trials_per_task(trials: &Trials) -> u32 {
+    if let Some(design) = trials.design() {
+        return design.round;
+    }
+    let mut cells: HashMap<(u32, u32, u32, u32), u32> = HashMap::new();
+    for r in &trials.rows {
+        *cells
+            .entry((r.key.sweep, r.key.task, r.key.model, r.key.variant))
+            .or_default() += 1;
+    }
+    cells.into_values().max().unwrap_or(0)
 }
 
 pub(crate) fn is_zero(n: &u64) -> bool {

@@ -16,7 +16,7 @@ use serde::Serialize;
 use statrs::distribution::{ContinuousCDF, StudentsT};
 
 use crate::aggregate::{Arm, ModelStats, model_stats};
-use crate::intervals::{Interval, clustered_mean, mean_sd};
+use crate::intervals::{Interval, clustered_mean, mean_sd, no_spread, pooled};
 use crate::metric::Metric;
 use crate::trials::Trials;
 
@@ -38,6 +38,9 @@ pub struct Comparison {
     pub baseline: f64,
     /// Mean over shared tasks of (current − baseline).
     pub diff: f64,
+    /// The 95% interval of `diff`: clustered over the shared tasks; when every task's
+    /// difference is the same (no spread, so that interval would have zero width), combined
+    /// from each side's pooled-trials Wilson interval ([`pooled_difference`]).
     pub ci: Option<Interval>,
     /// The minimum detectable effect: the smallest true difference this design (these tasks,
     /// their observed spread of differences) would find significant with 80% power at the 5%
@@ -76,11 +79,13 @@ pub struct ExcludedTask {
     pub reason: String,
 }
 
-/// One task's estimate on both sides.
+/// One task's estimate on both sides, and its ids there.
 #[derive(Debug, Clone, Copy)]
 struct Paired {
     current: f64,
     baseline: f64,
+    current_task: u32,
+    baseline_task: u32,
 }
 
 /// Compares each arm of `current` that the baseline also ran, metric by metric, on the tasks
@@ -188,20 +193,24 @@ fn paired(
     left_out: &BTreeSet<&str>,
 ) -> Option<Comparison> {
     // Pair by task name: ids differ between files.
-    let base_by_name: HashMap<&str, f64> = base
+    let base_by_name: HashMap<&str, (u32, f64)> = base
         .per_task(metric)
         .into_iter()
-        .map(|(t, v)| (baseline.tasks.name(t), v))
+        .map(|(t, v)| (baseline.tasks.name(t), (t, v)))
         .collect();
     let pairs: Vec<Paired> = cur
         .per_task(metric)
         .into_iter()
         .filter(|(t, _)| !left_out.contains(current.tasks.name(*t)))
         .filter_map(|(t, c)| {
-            base_by_name.get(current.tasks.name(t)).map(|&b| Paired {
-                current: c,
-                baseline: b,
-            })
+            base_by_name
+                .get(current.tasks.name(t))
+                .map(|&(baseline_task, b)| Paired {
+                    current: c,
+                    baseline: b,
+                    current_task: t,
+                    baseline_task,
+                })
         })
         .collect();
     if pairs.is_empty() {
@@ -209,7 +218,23 @@ fn paired(
     }
     let n = pairs.len() as f64;
     let diffs: Vec<f64> = pairs.iter().map(|p| p.current - p.baseline).collect();
-    let ci = clustered_mean(&diffs).map(|(_, ci)| ci.clamp(-1.0, 1.0));
+    let ci = if diffs.len() >= 2 && no_spread(&diffs) {
+        let side = |stats: &ModelStats, task: fn(&Paired) -> u32, mean: f64| {
+            let (c, n) = pairs
+                .iter()
+                .filter_map(|p| stats.per_task.get(&task(p)))
+                .fold((0u64, 0u64), |(c, n), k| {
+                    (c + u64::from(k.c), n + u64::from(k.n))
+                });
+            pooled(metric, c, n, mean).map(|interval| (mean, interval))
+        };
+        let mean_of = |f: fn(&Paired) -> f64| pairs.iter().map(f).sum::<f64>() / n;
+        side(cur, |p| p.current_task, mean_of(|p| p.current))
+            .zip(side(base, |p| p.baseline_task, mean_of(|p| p.baseline)))
+            .map(|(current, baseline)| pooled_difference(current, baseline))
+    } else {
+        clustered_mean(&diffs).map(|(_, ci)| ci.clamp(-1.0, 1.0))
+    };
     let verdict = match ci {
         None => Verdict::Insufficient,
         Some(ci) if ci.high < 0.0 => Verdict::Regression,
@@ -231,6 +256,23 @@ fn paired(
         baseline_trials: base.graded,
         verdict,
     })
+}
+
+/// The 95% interval of `current − baseline` from each side's estimate and interval, by the
+/// method of variance estimates recovery (Newcombe 1998, method 10, for two Wilson intervals;
+/// Zou & Donner 2008 in general): `d − √((c − c_low)² + (b_high − b)²)` to
+/// `d + √((c_high − c)² + (b − b_low)²)`, cut to [−1, 1]. Used when every task's difference is
+/// the same, with each side's pooled-trials Wilson interval: it treats the two sides' trials as
+/// independent, which ignores the pairing and so errs wide.
+pub fn pooled_difference(current: (f64, Interval), baseline: (f64, Interval)) -> Interval {
+    let (c, ci) = current;
+    let (b, bi) = baseline;
+    let d = c - b;
+    Interval {
+        low: d - ((c - ci.low).powi(2) + (bi.high - b).powi(2)).sqrt(),
+        high: d + ((ci.high - c).powi(2) + (b - bi.low).powi(2)).sqrt(),
+    }
+    .clamp(-1.0, 1.0)
 }
 
 /// The minimum detectable effect of a paired design with these per-task differences: at the

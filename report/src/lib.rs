@@ -36,6 +36,6 @@ pub mod trials;
 
 pub use metric::Metric;
 pub use read::ReadOptions;
-pub use record::{SCHEMA_VERSION, TrialRecord};
+pub use record::{FailedAttempt, SCHEMA_VERSION, TrialRecord};
 pub use summary::{Report, ReportOptions, report, report_with};
 pub use trials::Trials;

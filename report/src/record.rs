@@ -167,6 +167,19 @@ pub struct TrialRecord {
     /// this stopping rule, and reports estimate with it ([`crate::adaptive`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<crate::adaptive::Design>,
+    /// The attempts before this one, each ended by an infrastructure failure and retried
+    /// (version 4, optional; empty when the first attempt counted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<FailedAttempt>,
+}
+
+/// An attempt of a trial that ended in an infrastructure failure and was retried.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailedAttempt {
+    /// 1-based.
+    pub attempt: u32,
+    /// Why it failed.
+    pub error: String,
 }
 
 impl TrialRecord {

@@ -12,7 +12,7 @@ use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use serde::Serialize;
 
 use crate::aggregate::label;
-use crate::intervals::{Interval, clustered_mean};
+use crate::intervals::{Interval, over_tasks};
 use crate::metric::Metric;
 use crate::render::esc;
 
@@ -95,7 +95,8 @@ pub struct TrendSweep {
 pub struct Estimate {
     /// `None` when no task has at least k graded trials.
     pub value: Option<f64>,
-    /// 95% clustered interval over tasks (cut to [0, 1]); `None` with fewer than two tasks.
+    /// 95% clustered interval over tasks (cut to [0, 1]), or the pooled trials' Wilson interval
+    /// when every task has the same estimate ([`over_tasks`]); `None` with fewer than two tasks.
     pub ci: Option<Interval>,
     /// Tasks with at least k graded trials (the others cannot be estimated and are left out).
     pub tasks: usize,
@@ -112,6 +113,8 @@ pub fn estimate(
 ) -> Estimate {
     let mut per_task = Vec::new();
     let mut graded = 0u64;
+    // The pooled trials of the tasks estimated, for the interval's fallback.
+    let (mut pooled_c, mut pooled_n) = (0u64, 0u64);
     for (n, c) in tasks {
         graded += u64::from(n);
         if n == 0 || n < metric.k() {
@@ -122,11 +125,13 @@ pub fn estimate(
             .or_else(|| metric.estimate(n, c).ok())
         {
             per_task.push(v);
+            pooled_c += u64::from(c);
+            pooled_n += u64::from(n);
         }
     }
     Estimate {
         value: (!per_task.is_empty()).then(|| per_task.iter().sum::<f64>() / per_task.len() as f64),
-        ci: clustered_mean(&per_task).map(|(_, ci)| ci.clamp(0.0, 1.0)),
+        ci: over_tasks(metric, &per_task, pooled_c, pooled_n),
         tasks: per_task.len(),
         graded_trials: graded,
     }
@@ -358,8 +363,9 @@ pub fn html(t: &Trend) -> String {
     let _ = write!(
         h,
         "<p>{} sweeps, {} to {} (UTC). Each point is a sweep's mean over tasks of the per-task \
-         {}; the band is its 95% interval (clustered over tasks). Hover over a point for its \
-         sweep. ● finished, ○ partial (trials unfinished), × cancelled.</p>",
+         {}; the band is its 95% interval (clustered over tasks; the pooled trials' Wilson \
+         interval when every task scored the same). Hover over a point for its sweep. ● finished, \
+         ○ partial (trials unfinished), × cancelled.</p>",
         t.sweeps.len(),
         esc(&first.date),
         esc(&last.date),

@@ -21,6 +21,7 @@ fn record(
         model: model.into(),
         variant: None,
         adaptive: None,
+        attempts: Vec::new(),
         trial,
         attempt: 1,
         pass,
@@ -762,4 +763,126 @@ fn a_changed_model_configuration_is_named() {
         "{:?}",
         same.notes
     );
+}
+
+/// `model`'s trials: for each task of `passes`, `n` trials of which the first `passes[task]`
+/// pass.
+fn cells(model: &str, n: u32, passes: &[u32]) -> String {
+    let mut out = String::new();
+    for (t, &c) in passes.iter().enumerate() {
+        for trial in 0..n {
+            let r = record(&format!("task-{t:02}"), model, trial, Some(trial < c), None);
+            out.push_str(&line(&r));
+        }
+    }
+    out
+}
+
+fn close(i: anvil_report::intervals::Interval, low: f64, high: f64) -> bool {
+    (i.low - low).abs() < 1e-12 && (i.high - high).abs() < 1e-12
+}
+
+/// When every task has the same rate, the spread over tasks is zero and so would be the
+/// clustered interval: the model's interval is then the Wilson interval of its pooled trials
+/// (both `ci` and `bootstrap_ci`), never a point. Expected bounds from the Wilson formula
+/// (see `intervals::tests::intervals_over_tasks_never_collapse_at_0_or_100_percent`):
+/// 0/8 → [0, 0.324407564883880], 8/8 → [0.675592435116120, 1], 4/8 → [0.215216062213878,
+/// 0.784783937786122].
+#[test]
+fn intervals_never_collapse_when_every_task_has_the_same_rate() {
+    let mut text = cells("none", 2, &[0, 0, 0, 0]);
+    text.push_str(&cells("all", 2, &[2, 2, 2, 2]));
+    text.push_str(&cells("half", 4, &[2, 2]));
+    // Tasks that differ: 3/8, 4/8, 5/8, 4/8, 4/8 keep the clustered interval.
+    text.push_str(&cells("mixed", 8, &[3, 4, 5, 4, 4]));
+    let r = report(&trials(&text), &[1], None);
+    let pass1 = |model: &str| {
+        let m = r.models.iter().find(|m| m.model == model).unwrap();
+        let v = &m.metrics[0];
+        (v.value.unwrap(), v.ci.unwrap(), v.bootstrap_ci.unwrap())
+    };
+    let (value, ci, boot) = pass1("none");
+    assert_eq!(value, 0.0);
+    assert!(close(ci, 0.0, 0.324_407_564_883_880), "{ci:?}");
+    assert_eq!(ci, boot);
+    let (value, ci, boot) = pass1("all");
+    assert_eq!(value, 1.0);
+    assert!(close(ci, 0.675_592_435_116_120, 1.0), "{ci:?}");
+    assert_eq!(ci, boot);
+    let (value, ci, _) = pass1("half");
+    assert_eq!(value, 0.5);
+    assert!(
+        close(ci, 0.215_216_062_213_878, 0.784_783_937_786_122),
+        "{ci:?}"
+    );
+    let (value, ci, boot) = pass1("mixed");
+    assert!((value - 0.5).abs() < 1e-15);
+    assert!(
+        close(ci, 0.390_251_370_864_359, 0.609_748_629_135_641),
+        "{ci:?}"
+    );
+    assert_ne!(ci, boot, "a bootstrap over tasks that differ");
+    // The table shows the interval, not a point.
+    let table = render::table(&r);
+    assert!(table.contains("0.0% [0.0, 32.4]"), "{table}");
+    assert!(table.contains("100.0% [67.6, 100.0]"), "{table}");
+}
+
+/// A comparison whose every task moved by the same amount has no spread of differences: its
+/// interval comes from both sides' pooled trials (Newcombe's method), so 3 tasks going from
+/// 8/8 to 7/8 is no significant regression (Fisher's exact test: p ≈ 0.23), and the minimum
+/// detectable effect stays unknown rather than 0. Expected bounds (Python, `wilson` as above):
+/// d = 21/24 − 1; low = d − √((21/24 − 0.689961187294999)² + (1 − 1)²) = −0.310038812705001;
+/// high = d + √((0.956556659198766 − 21/24)² + (1 − 0.862023795325020)²) = 0.035277639476552.
+#[test]
+fn a_comparison_with_the_same_difference_on_every_task_keeps_a_width() {
+    let current = trials(&cells("alpha", 8, &[7, 7, 7]));
+    let baseline = trials(&cells("alpha", 8, &[8, 8, 8]));
+    let r = report(&current, &[1], Some(&baseline));
+    let c = &r.baseline.as_ref().unwrap()[0];
+    assert_eq!(c.metric, Metric::PassAt(1));
+    assert!((c.diff + 0.125).abs() < 1e-15);
+    let ci = c.ci.unwrap();
+    assert!(
+        close(ci, -0.310_038_812_705_001, 0.035_277_639_476_552),
+        "{ci:?}"
+    );
+    assert_eq!(c.verdict, Verdict::NoSignificantChange);
+    assert_eq!(c.mde, None);
+    // Both at 0%: a symmetric interval around 0 from 0 of 24 on each side.
+    let current = trials(&cells("alpha", 8, &[0, 0, 0]));
+    let baseline = trials(&cells("alpha", 8, &[0, 0, 0]));
+    let r = report(&current, &[1], Some(&baseline));
+    let c = &r.baseline.as_ref().unwrap()[0];
+    let ci = c.ci.unwrap();
+    assert!(
+        (ci.low + 0.137_976_204_674_980).abs() < 1e-12
+            && (ci.high - 0.137_976_204_674_980).abs() < 1e-12,
+        "{ci:?}"
+    );
+    assert_eq!(c.verdict, Verdict::NoSignificantChange);
+    assert_eq!(c.mde, None);
+    // Differences that vary keep the clustered interval and the MDE.
+    let current = trials(&cells("alpha", 8, &[2, 5, 8]));
+    let baseline = trials(&cells("alpha", 8, &[8, 8, 8]));
+    let r = report(&current, &[1], Some(&baseline));
+    let c = &r.baseline.as_ref().unwrap()[0];
+    assert!(c.mde.is_some() && c.ci.unwrap().low < -0.5, "{c:?}");
+}
+
+/// With no k asked for, `report` and `run` show 1, 3 and 5 up to the trials run per task.
+#[test]
+fn default_ks_follow_the_trials_per_task() {
+    use anvil_report::aggregate::trials_per_task;
+    use anvil_report::metric::default_ks;
+    let two = trials(&cells("alpha", 2, &[1, 2, 0]));
+    assert_eq!(trials_per_task(&two), 2);
+    assert_eq!(default_ks(trials_per_task(&two)), [1]);
+    let five = trials(&jsonl("alpha", &[5, 3], None));
+    assert_eq!(default_ks(trials_per_task(&five)), [1, 3, 5]);
+    let mut mixed = cells("alpha", 3, &[1, 2]);
+    mixed.push_str(&cells("beta", 4, &[1]));
+    assert_eq!(default_ks(trials_per_task(&trials(&mixed))), [1, 3]);
+    assert_eq!(trials_per_task(&trials("")), 0);
+    assert_eq!(default_ks(0), [1]);
 }

@@ -26,6 +26,7 @@ fn record(job: &TrialJob, attempt: u32) -> TrialRecord {
         model: job.model.clone(),
         variant: job.variant.clone(),
         adaptive: None,
+        attempts: Vec::new(),
         trial: job.trial,
         attempt,
         pass: Some(true),

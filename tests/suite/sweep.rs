@@ -302,8 +302,9 @@ fn spawn(mut c: Command) -> Spawned {
     )
 }
 
-/// Two worker processes; one is killed with SIGKILL while it runs a trial. The other finishes
-/// the sweep: nothing lost, nothing duplicated, the lost trial recorded as attempt 2.
+/// Two worker processes; one is killed with SIGKILL while it runs a trial, and `status` calls
+/// it dead and its trial waiting for re-run. The other, started then, finishes the sweep:
+/// nothing lost, nothing duplicated, the lost trial recorded as attempt 2.
 async fn killed_worker_is_replaced(postgres: bool) {
     let server = model_server(Duration::from_secs(3)).await;
     let s = setup(&server, postgres, &["t1", "t2"]).await;
@@ -361,8 +362,33 @@ async fn killed_worker_is_replaced(postgres: bool) {
         status.contains(&format!("{a_name} (host ")) && status.contains("last heartbeat"),
         "{status}"
     );
-    let mut b = spawn(s.command(&worker_args));
     a.kill9();
+    // Past three missed heartbeats (1 s each) `status` says A is dead, and its trial waits for
+    // re-run rather than running (no other worker is there yet to take it back).
+    let victim_key = victim.key.to_string();
+    let mut status = String::new();
+    wait_for(
+        "status to call worker A dead",
+        Duration::from_secs(20),
+        || {
+            let out = output(s.command(&["status", "--sweep", "crash"]));
+            status = String::from_utf8_lossy(&out.stdout).into_owned();
+            let dead = status.contains(&format!(
+                "{a_name} (host {}, pid {a_pid}): dead: silent past 3 missed heartbeats of 1s",
+                anvil_runner::jobs::worker::host_name()
+            ));
+            async move { dead }
+        },
+    )
+    .await;
+    assert!(
+        status.contains("0 running, 1 waiting for re-run (their worker is gone)")
+            && status.contains(&format!(
+                "{victim_key} attempt 1: its worker {a_name} is presumed dead"
+            )),
+        "{status}"
+    );
+    let mut b = spawn(s.command(&worker_args));
 
     wait_for("the sweep to finish", Duration::from_secs(120), || async {
         let c = db.counts("crash").await.unwrap();
@@ -550,6 +576,17 @@ async fn cancel_stops_a_sweep(postgres: bool) {
         !db.running(Some("stop")).await.unwrap().is_empty()
     })
     .await;
+    // Its agent is waiting on the model's answer.
+    wait_for(
+        "the first trial's request",
+        Duration::from_secs(60),
+        || async { !server.received_requests().await.unwrap().is_empty() },
+    )
+    .await;
+    assert!(
+        String::from_utf8_lossy(&output(s.command(&["status"])).stdout).contains("jobs waiting: 5"),
+        "five trials queued behind the running one"
+    );
     let out = output(s.command(&["cancel", "--sweep", "stop"]));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
@@ -557,12 +594,20 @@ async fn cancel_stops_a_sweep(postgres: bool) {
         "{}",
         text(&out)
     );
-    // The running trial's agent (waiting on a 600 s answer) is killed within seconds, and the
-    // worker goes on to drain the queued jobs without running them.
-    wait_for("the queue to drain", Duration::from_secs(30), || async {
-        db.running(Some("stop")).await.unwrap().is_empty() && db.queue_depth().await.unwrap() == 0
-    })
+    // The queued jobs are off the queue at once (`cancel` takes them off), and the running
+    // trial's agent (waiting on a 600 s answer) is killed within seconds.
+    assert_eq!(db.queue_depth().await.unwrap(), 0);
+    wait_for(
+        "the running trial's agent to end",
+        Duration::from_secs(30),
+        || async {
+            db.running(Some("stop")).await.unwrap().is_empty()
+                && agents_running_under(s.home.path()) == 0
+        },
+    )
     .await;
+    // A worker would have taken a queued trial by now.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let requests = server.received_requests().await.unwrap().len();
     assert_eq!(requests, 1, "only the first trial ever reached the model");
     let counts = db.counts("stop").await.unwrap();
@@ -688,6 +733,17 @@ async fn hung_trials_are_ended(postgres: bool) {
             r["infra_error"].as_str().unwrap().contains("time budget"),
             "{r}"
         );
+        // The retried attempt's error is kept in the record, not cleared by the retry.
+        let earlier = r["attempts"].as_array().unwrap();
+        assert_eq!(earlier.len(), 1, "{r}");
+        assert_eq!(earlier[0]["attempt"], 1, "{r}");
+        assert!(
+            earlier[0]["error"]
+                .as_str()
+                .unwrap()
+                .contains("time budget"),
+            "{r}"
+        );
         // Each attempt whose agent got going kept its own transcript (a retry never writes
         // over the one before), cut off where the trial was ended; the record names the
         // newest. (An agent that did not even start within the 2 s budget wrote none.)
@@ -807,7 +863,7 @@ async fn a_sweep_budget_admits_what_fits(postgres: bool) {
         let toml = std::fs::read_to_string(&path).unwrap();
         std::fs::write(
             &path,
-            toml.replace("max_steps = 5\n", "max_steps = 5\ncost_cap_usd = 0.2\n"),
+            toml.replace("max_steps = 5\n", "max_steps = 5\ncost_cap_usd = 0.3\n"),
         )
         .unwrap();
     }
@@ -823,7 +879,7 @@ async fn a_sweep_budget_admits_what_fits(postgres: bool) {
             "--concurrency",
             "1",
             "--max-cost-usd",
-            "0.2002",
+            "0.3002",
         ]
         .map(String::from),
     );
@@ -882,7 +938,7 @@ async fn a_sweep_budget_admits_what_fits(postgres: bool) {
     assert!(
         status.contains("spend: $0.0004 over 1 trials")
             && status.contains("projected $0.0004 for all 1 trials")
-            && status.contains("budget $0.2002"),
+            && status.contains("budget $0.3002"),
         "{status}"
     );
     s.cleanup().await;

@@ -159,6 +159,7 @@ fn record(
         model,
         variant: None,
         adaptive: None,
+        attempts: Vec::new(),
         trial,
         attempt: 1,
         pass,

@@ -306,6 +306,7 @@ impl AgentTrials {
             tamper: Vec::new(),
             grader_sandbox: None,
             adaptive: None,
+            attempts: Vec::new(),
             trace_id: None,
         }
     }
@@ -761,6 +762,11 @@ struct Finished {
 
 #[async_trait::async_trait]
 impl TrialHandler for AgentTrials {
+    async fn provider_slots(&self, job: &TrialJob) -> Option<Arc<tokio::sync::Semaphore>> {
+        let ctx = self.context(&job.sweep).await.ok()?;
+        Self::pinned_model(&ctx, &job.model).ok()?.provider.slots()
+    }
+
     async fn run(&self, job: &TrialJob, attempt: u32, cancel: CancellationToken) -> TrialEnd {
         let mut end = self.run_trial(job, attempt, cancel).await;
         // The worker runs this in the trial's span: its trace is the trial's.

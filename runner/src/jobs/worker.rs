@@ -60,6 +60,13 @@ pub trait TrialHandler: Send + Sync + 'static {
     /// The record of a trial that could not be completed for `reason`, written without running
     /// it (its attempts are used up).
     fn infra_record(&self, job: &TrialJob, attempt: u32, reason: &str) -> TrialRecord;
+    /// The slots the trial's model provider shares (its `max_concurrency`), if it has a limit:
+    /// the worker holds one for the whole trial, taken before the trial is claimed and its time
+    /// budget starts, so trials of a one-slot server wait their turn in the queue instead of
+    /// timing out behind each other.
+    async fn provider_slots(&self, _job: &TrialJob) -> Option<Arc<tokio::sync::Semaphore>> {
+        None
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -142,6 +149,11 @@ impl Shared {
     /// Runs one delivery of `job`; `task` is its id in apalis's table.
     async fn process(&self, job: TrialJob, attempt: u32, task: &str) -> Result<(), QueueError> {
         let key = job.key();
+        // A provider slot first: waiting for one is not the trial's time (see provider_slots).
+        let _slot = match self.handler.provider_slots(&job).await {
+            Some(slots) => slots.acquire_owned().await.ok(),
+            None => None,
+        };
         if self.db.is_cancelled(&job.sweep).await? {
             self.db
                 .finish(&key, attempt, TrialState::Cancelled, None, None)
@@ -163,7 +175,8 @@ impl Shared {
                 "lost worker: attempt {attempt} of {} did not finish",
                 job.max_attempts
             );
-            let record = self.handler.infra_record(&job, attempt, &reason);
+            let mut record = self.handler.infra_record(&job, attempt, &reason);
+            record.attempts = self.db.earlier_attempts(&key, attempt).await?;
             self.db
                 .finish(
                     &key,
@@ -258,6 +271,13 @@ impl Shared {
                 tracing::info!(parent: &span, "trial cancelled");
             }
         }
+        // A final record lists the attempts before it that failed and were retried.
+        let mut end = end;
+        if attempt > 1
+            && let TrialEnd::Graded(record) | TrialEnd::Infra { record, .. } = &mut end
+        {
+            record.attempts = self.db.earlier_attempts(&key, attempt).await?;
+        }
         let written = match &end {
             TrialEnd::Graded(record) => {
                 self.db
@@ -286,6 +306,7 @@ impl Shared {
                     .finish(&key, attempt, TrialState::Retrying, None, Some(reason))
                     .await?;
                 if written {
+                    self.db.record_attempt_error(&key, attempt, reason).await?;
                     // The next attempt waits on the queue, not in this slot.
                     let wait = self.options.retry_backoff().delay(attempt);
                     schedule_retry(&self.db, task, &self.name, wait).await?;
@@ -392,6 +413,8 @@ pub async fn run_with(
         started_at_ms: started,
         last_heartbeat_ms: started,
         stopped: false,
+        heartbeat_ms: Some(i64::try_from(options.heartbeat.as_millis()).unwrap_or(i64::MAX)),
+        missed_heartbeats: Some(i64::try_from(options.missed_heartbeats).unwrap_or(i64::MAX)),
     })
     .await?;
     let beat = {

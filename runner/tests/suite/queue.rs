@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,7 @@ fn record(key: &TrialKey, attempt: u32, pass: bool, infra: Option<&str>) -> Tria
         model: key.model.clone(),
         variant: key.variant.clone(),
         adaptive: None,
+        attempts: Vec::new(),
         trial: key.trial,
         attempt,
         pass: infra.is_none().then_some(pass),
@@ -243,6 +244,36 @@ async fn infrastructure_failures_are_retried_then_recorded() {
             )),
             "{records:?}"
         );
+        // Each final record keeps the errors of the attempts retried before it.
+        let parsed: Vec<TrialRecord> = records
+            .iter()
+            .map(|r| serde_json::from_str(r).unwrap())
+            .collect();
+        let of = |task: &str, trial: u32| {
+            parsed
+                .iter()
+                .find(|r| r.task == task && r.trial == trial)
+                .unwrap()
+                .attempts
+                .iter()
+                .map(|a| (a.attempt, a.error.as_str()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(of("flaky", 0), [(1, "provider unreachable")]);
+        assert_eq!(
+            of("broken", 1),
+            [
+                (1, "sandbox could not start"),
+                (2, "sandbox could not start")
+            ]
+        );
+        let first_try = |r: &&TrialRecord| r.attempt == 1;
+        assert!(
+            parsed
+                .iter()
+                .filter(first_try)
+                .all(|r| r.attempts.is_empty())
+        );
     })
     .await;
 }
@@ -354,6 +385,85 @@ async fn the_backoff_waits_on_the_queue_and_frees_the_worker_slot() {
             runs[1].2.duration_since(failed_at) < backoff,
             "the other trial did not wait for the backoff: {:?}",
             runs[1].2.duration_since(failed_at)
+        );
+    })
+    .await;
+}
+
+/// Trials whose model sits behind a one-slot provider (`max_concurrency = 1`): each takes
+/// 400 ms, the time budget is 600 ms, the worker runs 4 at once.
+struct OneSlot {
+    slots: Arc<tokio::sync::Semaphore>,
+    running: Arc<AtomicUsize>,
+    most: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl TrialHandler for OneSlot {
+    async fn run(&self, job: &queue::TrialJob, attempt: u32, _: CancellationToken) -> TrialEnd {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        TrialEnd::Graded(record(&job.key(), attempt, true, None))
+    }
+
+    fn time_budget(&self, _: &queue::TrialJob) -> Duration {
+        Duration::from_millis(600)
+    }
+
+    fn infra_record(&self, job: &queue::TrialJob, attempt: u32, reason: &str) -> TrialRecord {
+        record(&job.key(), attempt, false, Some(reason))
+    }
+
+    async fn provider_slots(&self, _: &queue::TrialJob) -> Option<Arc<tokio::sync::Semaphore>> {
+        Some(Arc::clone(&self.slots))
+    }
+}
+
+/// A provider's `max_concurrency` holds across a worker's trials: they run one at a time, and
+/// the time spent waiting for the slot is not counted against a trial's budget (4 × 400 ms of
+/// trials, a 600 ms budget each, none timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trials_wait_for_their_providers_slot_outside_their_time_budget() {
+    with_each_db("slots", |db| async move {
+        sweep_with(&db, "s11", &["a", "b"], 2, 1).await;
+        let handler = Arc::new(OneSlot {
+            slots: Arc::new(tokio::sync::Semaphore::new(1)),
+            running: Arc::new(AtomicUsize::new(0)),
+            most: Arc::new(AtomicUsize::new(0)),
+        });
+        let shutdown = CancellationToken::new();
+        let handle = tokio::spawn(worker::run(
+            db.clone(),
+            handler.clone(),
+            fast_options(),
+            shutdown.clone(),
+        ));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let counts = db.counts("s11").await.unwrap();
+            if counts.finished() == counts.total() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "sweep did not finish: {counts:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), handle)
+            .await
+            .expect("worker stops when asked")
+            .unwrap()
+            .unwrap();
+        let counts = db.counts("s11").await.unwrap();
+        assert_eq!(counts.get(TrialState::Done), 4, "{counts:?}");
+        assert_eq!(
+            handler.most.load(Ordering::SeqCst),
+            1,
+            "one trial at a time"
         );
     })
     .await;
@@ -528,6 +638,86 @@ async fn passes_are_counted_from_the_verdict_column_not_the_record_text() {
         }
     })
     .await;
+}
+
+/// `cancel` takes a sweep's waiting jobs off the queue: with no worker to acknowledge them,
+/// "jobs waiting" agrees with the trial states right away (the other sweep's jobs still wait),
+/// and a job of the cancelled sweep put back by a dead worker's orphan recovery is not counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_sweep_leaves_no_job_waiting() {
+    with_each_db("cancelwait", |db| async move {
+        sweep_with(&db, "doomed", &["a", "b"], 3, 3).await;
+        sweep_with(&db, "kept", &["a"], 2, 3).await;
+        assert_eq!(db.queue_depth().await.unwrap(), 8);
+        assert_eq!(db.cancel_sweep("doomed").await.unwrap(), 6);
+        let counts = db.counts("doomed").await.unwrap();
+        assert_eq!(counts.get(TrialState::Cancelled), 6, "{counts:?}");
+        assert_eq!(counts.get(TrialState::Queued), 0, "{counts:?}");
+        assert_eq!(db.queue_depth().await.unwrap(), 2, "only kept's jobs wait");
+        // Orphan recovery puts a job back to Pending: still not waiting, its sweep is cancelled.
+        let table = match &db {
+            Db::Sqlite(_) => "Jobs",
+            Db::Postgres(_) => "apalis.jobs",
+        };
+        let sql = format!("UPDATE {table} SET status = 'Pending' WHERE status = 'Killed'");
+        let revived = match &db {
+            Db::Sqlite(pool) => sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(pool)
+                .await
+                .unwrap()
+                .rows_affected(),
+            Db::Postgres(pool) => sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(pool)
+                .await
+                .unwrap()
+                .rows_affected(),
+        };
+        assert_eq!(revived, 6);
+        assert_eq!(db.queue_depth().await.unwrap(), 2);
+    })
+    .await;
+}
+
+/// Workers record their heartbeat and allowance, so a reader can tell a dead one from a live
+/// one; finished trials record when they ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_record_their_heartbeat_and_trials_when_they_ran() {
+    with_each_db("heartbeat", |db| async move {
+        let keys = sweep_with(&db, "paced", &["t"], 3, 3).await;
+        let seen = Arc::new(Recorder::default());
+        drain(&db, "paced", seen, Duration::from_secs(30)).await;
+        let workers = db.workers(0).await.unwrap();
+        assert_eq!(workers.len(), 1, "{workers:?}");
+        let w = &workers[0];
+        // fast_options: a 1 s heartbeat, 2 missed.
+        assert_eq!((w.heartbeat_ms, w.missed_heartbeats), (Some(1000), Some(2)));
+        assert_eq!(w.dead_after_ms(), 2000);
+        assert!(w.stopped);
+        let spans = db.finished_spans("paced").await.unwrap();
+        assert_eq!(spans.len(), keys.len());
+        assert!(spans.iter().all(|(start, end)| start <= end && *start > 0));
+    })
+    .await;
+}
+
+/// A Postgres database that no `run` or `worker` used holds no queue: a reader says so and
+/// leaves it empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_never_makes_a_queue_in_an_empty_postgres_database() {
+    let url = databases::fresh_postgres("noqueue").await;
+    let location = QueueLocation::Postgres(url.clone());
+    let err = Db::open_existing(&location, 2)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("is not a queue database: it has no queue tables"),
+        "{err}"
+    );
+    let db = Db::open(&location, 2).await.unwrap();
+    Db::open_existing(&location, 2).await.unwrap().close().await;
+    db.close().await;
+    databases::drop_postgres(&url).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

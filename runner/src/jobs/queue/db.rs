@@ -52,13 +52,21 @@ impl Db {
     }
 
     /// Connects to a queue that must exist already, and migrates: a missing SQLite file is an
-    /// error naming its path, never a new empty queue.
+    /// error naming its path, never a new empty queue; so is an empty file, and a database
+    /// (SQLite or Postgres) without anvil's tables — a reader never turns either into a queue.
     pub async fn open_existing(
         location: &QueueLocation,
         max_connections: u32,
     ) -> Result<Db, QueueError> {
         if let QueueLocation::Sqlite(path) = location {
             match std::fs::metadata(path) {
+                // An empty file is a valid empty SQLite database: opening it would make it one.
+                Ok(meta) if meta.is_file() && meta.len() == 0 => {
+                    return Err(QueueError::NotAQueue {
+                        location: location.to_string(),
+                        reason: "the file is empty".into(),
+                    });
+                }
                 Ok(meta) if meta.is_file() => {}
                 Ok(_) => {
                     return Err(QueueError::Open {
@@ -99,6 +107,22 @@ impl Db {
                 {
                     std::fs::create_dir_all(dir)
                         .map_err(|e| open_err(format!("cannot create {}: {e}", dir.display())))?;
+                }
+                if !create {
+                    // Looked at through a plain connection: the pool's would switch a database
+                    // that is not a queue to WAL before the look.
+                    let plain = SqliteConnectOptions::from_str("sqlite://")
+                        .map_err(|e| open_err(e.to_string()))?
+                        .filename(path)
+                        .create_if_missing(false);
+                    let mut conn = sqlx::ConnectOptions::connect(&plain)
+                        .await
+                        .map_err(|e| open_err(e.to_string()))?;
+                    let found = sqlx::query_scalar(HAS_QUEUE_SQLITE)
+                        .fetch_one(&mut conn)
+                        .await;
+                    let _ = sqlx::Connection::close(conn).await;
+                    refuse_unless_found(found, location)?;
                 }
                 // Pragmas on the connect options, so that every pooled connection has them
                 // (apalis's setup() would set them on whichever one connection it gets).
@@ -141,10 +165,30 @@ impl Db {
                         ))
                     })?;
                 let db = Db::Postgres(pool);
+                if !create {
+                    db.refuse_unless_a_queue(location).await?;
+                }
                 db.migrate().await?;
                 Ok(db)
             }
         }
+    }
+
+    /// Refuses a database that holds no queue (no `anvil_sweeps` table: no `run` or `worker`
+    /// ever used it), before anything is written to it.
+    async fn refuse_unless_a_queue(&self, location: &QueueLocation) -> Result<(), QueueError> {
+        let found = on_pool!(self, pool => {
+            let sql = match self {
+                Db::Sqlite(_) => HAS_QUEUE_SQLITE,
+                Db::Postgres(_) => HAS_QUEUE_POSTGRES,
+            };
+            sqlx::query_scalar(sql).fetch_one(pool).await
+        });
+        let refused = refuse_unless_found(found, location);
+        if refused.is_err() {
+            self.close().await;
+        }
+        refused
     }
 
     /// Opens the pool, creating the file first when `create` and it is missing.
@@ -225,6 +269,30 @@ impl Db {
 
     pub async fn close(&self) {
         on_pool!(self, pool => pool.close().await)
+    }
+}
+
+/// Whether a database holds anvil's tables (1) or not (0).
+const HAS_QUEUE_SQLITE: &str =
+    "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'anvil_sweeps'";
+const HAS_QUEUE_POSTGRES: &str = "SELECT COUNT(*) FROM information_schema.tables \
+     WHERE table_name = 'anvil_sweeps' AND table_schema = current_schema()";
+
+/// The answer of `HAS_QUEUE_*` as a refusal when the database holds no queue.
+fn refuse_unless_found(
+    found: Result<i64, sqlx::Error>,
+    location: &QueueLocation,
+) -> Result<(), QueueError> {
+    match found {
+        Ok(0) => Err(QueueError::NotAQueue {
+            location: location.to_string(),
+            reason: "it has no queue tables".into(),
+        }),
+        Ok(_) => Ok(()),
+        Err(e) => Err(QueueError::Open {
+            location: location.to_string(),
+            reason: e.to_string(),
+        }),
     }
 }
 
@@ -322,6 +390,74 @@ mod tests {
         );
     }
 
+    /// Readers open only what a `run` or `worker` made: a missing file (and its missing
+    /// directory), an empty file and a SQLite database of something else are errors naming the
+    /// path, and none of them is created, written to or turned into a queue.
+    #[tokio::test]
+    async fn readers_never_make_a_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let entries = |dir: &std::path::Path| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        let missing = dir.path().join("not-yet/queue.db");
+        let location = QueueLocation::Sqlite(missing.clone());
+        let err = Db::open_existing(&location, 2).await.unwrap_err();
+        assert!(matches!(err, QueueError::Missing { .. }), "{err}");
+        assert!(
+            err.to_string().contains(&missing.display().to_string()),
+            "{err}"
+        );
+        assert!(entries(dir.path()).is_empty(), "{:?}", entries(dir.path()));
+
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, "").unwrap();
+        let err = Db::open_existing(&QueueLocation::Sqlite(empty.clone()), 2)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{} is not a queue database: the file is empty",
+                empty.display()
+            )),
+            "{err}"
+        );
+        assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0);
+        assert_eq!(entries(dir.path()), ["empty.db"]);
+
+        let other = dir.path().join("other.db");
+        let options = SqliteConnectOptions::from_str("sqlite://")
+            .unwrap()
+            .filename(&other)
+            .create_if_missing(true);
+        let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+        sqlx::query("CREATE TABLE notes (text TEXT)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        let before = std::fs::read(&other).unwrap();
+        let err = Db::open_existing(&QueueLocation::Sqlite(other.clone()), 2)
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("is not a queue database: it has no queue tables"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&other).unwrap(), before, "left as it was");
+        assert_eq!(entries(dir.path()), ["empty.db", "other.db"]);
+
+        // What `run` made opens.
+        let queue = QueueLocation::Sqlite(dir.path().join("queue.db"));
+        Db::open(&queue, 2).await.unwrap().close().await;
+        Db::open_existing(&queue, 2).await.unwrap().close().await;
+    }
+
     /// sqlx refuses to open a database where an applied migration's text has changed since
     /// (its checksum is stored), so a migration file, comments included, must never be edited
     /// once released: correct it in a new migration. This pins each file's checksum.
@@ -346,6 +482,8 @@ mod tests {
                 (20261216000001, "8a58acf9a6f6f897".to_string()),
                 (20261220000001, "3beffc20978bbbf1".to_string()),
                 (20261226000001, "0fdfce0e5e82252d".to_string()),
+                (20261228000001, "a9f139437b03f7f6".to_string()),
+                (20261229000001, "c45f36dabfd9e6f6".to_string()),
             ]
         );
         assert_eq!(
@@ -358,6 +496,8 @@ mod tests {
                 (20261216000001, "c024515f7044f735".to_string()),
                 (20261220000001, "817ddbffba34ad8b".to_string()),
                 (20261226000001, "e3aed2631d3bef53".to_string()),
+                (20261228000001, "4ebddb2ccbb31633".to_string()),
+                (20261229000001, "83d34353a057902f".to_string()),
             ]
         );
     }

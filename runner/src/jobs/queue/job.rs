@@ -154,6 +154,36 @@ pub async fn enqueue(db: &Db, keys: &[TrialKey], max_attempts: u32) -> Result<()
         .map_err(|e| err(e.to_string())))
 }
 
+/// Takes the waiting trial jobs of `sweep` (pending, or failed with attempts left) off the queue:
+/// marked `Killed`, so no worker fetches them. For a cancelled sweep, whose trials are
+/// `cancelled` already (a worker would only acknowledge them). Jobs a worker holds are left to
+/// it: it sees the sweep cancelled and records the trial so.
+pub(crate) async fn kill_waiting(db: &Db, sweep: &str) -> Result<u64, QueueError> {
+    let prefix = format!("{sweep}\u{1f}");
+    let chars = prefix.chars().count() as i32;
+    let done_at = match db {
+        Db::Sqlite(_) => "strftime('%s', 'now')",
+        Db::Postgres(_) => "now()",
+    };
+    // The table name and the time expression are constants, never input.
+    let sql = sqlx::AssertSqlSafe(format!(
+        "UPDATE {} SET status = 'Killed', done_at = {done_at} \
+         WHERE job_type = $1 AND substr(idempotency_key, 1, $3) = $2 \
+         AND (status = 'Pending' OR (status = 'Failed' AND attempts < max_attempts))",
+        jobs_table(db)
+    ));
+    on_pool!(db, pool => sqlx::query(sql)
+        .bind(QUEUE_NAME)
+        .bind(&prefix)
+        .bind(chars)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(QueueError::sql(format!(
+        "taking the jobs of cancelled sweep {sweep} off the queue"
+    )))
+}
+
 /// Moves the `run_at` of job `task`, still locked by `worker`, `wait` into the future: apalis
 /// fetches a failed job again only once its `run_at` has passed, so a retry scheduled here
 /// waits on the queue instead of in a worker slot. Call it before the handler returns the

@@ -26,7 +26,7 @@ pub use job::{QUEUE_NAME, TrialJob, enqueue};
 pub(crate) use job::{jobs_table, on_storage, schedule_retry};
 pub use location::{DEFAULT_FILE, QueueLocation};
 pub use store::{
-    Cell, Counts, RunningTrial, SweepRow, SweepStart, SweepSummary, TrialKey, TrialState,
+    Cell, Counts, Liveness, RunningTrial, SweepRow, SweepStart, SweepSummary, TrialKey, TrialState,
     WorkerRow, now_ms,
 };
 pub use watch::{CHECK_TIMEOUT, DbWatch};
@@ -49,6 +49,11 @@ pub enum QueueError {
          give --queue to name another)"
     )]
     Missing { location: String },
+    #[error(
+        "{location} is not a queue database: {reason} (`anvil-evals run` or `worker` makes \
+         one; give --queue to name another)"
+    )]
+    NotAQueue { location: String, reason: String },
     #[error("the queue database at {location} was lost: {reason}")]
     Lost { location: String, reason: String },
     #[error("cannot bring the {what} tables of the queue up to date: {reason}")]

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anvil_report::TrialRecord;
+use anvil_report::{FailedAttempt, TrialRecord};
 use serde::{Deserialize, Serialize};
 
 use super::{Db, QueueError, on_pool};
@@ -122,6 +122,9 @@ pub struct Counts {
     pub by_state: BTreeMap<TrialState, u64>,
     /// Finished trials that passed.
     pub passed: u64,
+    /// Trials (whatever their state) with at least one attempt that failed on infrastructure
+    /// and was retried.
+    pub retried: u64,
 }
 
 impl Counts {
@@ -158,6 +161,60 @@ pub struct WorkerRow {
     pub started_at_ms: i64,
     pub last_heartbeat_ms: i64,
     pub stopped: bool,
+    /// How often it beats (`--heartbeat-secs`); `None` for a worker registered before this was
+    /// recorded: [`WorkerRow::DEFAULT_HEARTBEAT_MS`].
+    pub heartbeat_ms: Option<i64>,
+    /// How many beats it may miss before it is presumed dead; `None`: 3.
+    pub missed_heartbeats: Option<i64>,
+}
+
+/// Where a worker stands, as its heartbeats tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    /// It beat within its allowance of missed heartbeats.
+    Alive,
+    /// It stopped cleanly (Ctrl-C, SIGTERM, `run` done with its sweep).
+    Stopped,
+    /// Silent for longer than its missed heartbeats allow: presumed dead. The trials it was
+    /// running go back to the queue at a live worker's next heartbeat.
+    Dead,
+}
+
+impl WorkerRow {
+    /// The heartbeat of a worker that did not record its own (the `--heartbeat-secs` default).
+    pub const DEFAULT_HEARTBEAT_MS: i64 = 5000;
+    /// The missed heartbeats of a worker that did not record its own.
+    pub const DEFAULT_MISSED_HEARTBEATS: i64 = 3;
+
+    pub fn heartbeat_ms(&self) -> i64 {
+        self.heartbeat_ms
+            .filter(|&ms| ms > 0)
+            .unwrap_or(Self::DEFAULT_HEARTBEAT_MS)
+    }
+
+    pub fn missed_heartbeats(&self) -> i64 {
+        self.missed_heartbeats
+            .filter(|&n| n > 0)
+            .unwrap_or(Self::DEFAULT_MISSED_HEARTBEATS)
+    }
+
+    /// The silence after which the worker is presumed dead: its heartbeat times the beats it
+    /// may miss (apalis re-queues its jobs past the same point).
+    pub fn dead_after_ms(&self) -> i64 {
+        self.heartbeat_ms().saturating_mul(self.missed_heartbeats())
+    }
+
+    /// Where the worker stands at `now_ms`: dead once its last heartbeat is more than
+    /// [`Self::dead_after_ms`] old (three missed heartbeats by default).
+    pub fn liveness(&self, now_ms: i64) -> Liveness {
+        if self.stopped {
+            Liveness::Stopped
+        } else if now_ms.saturating_sub(self.last_heartbeat_ms) > self.dead_after_ms() {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
+        }
+    }
 }
 
 /// One (task, model, variant) of a sweep: how many trials it has and how they went.
@@ -287,6 +344,8 @@ struct WorkerDbRow {
     started_at_ms: i64,
     last_heartbeat_ms: i64,
     stopped: i64,
+    heartbeat_ms: Option<i64>,
+    missed_heartbeats: Option<i64>,
 }
 
 impl From<WorkerDbRow> for WorkerRow {
@@ -298,6 +357,8 @@ impl From<WorkerDbRow> for WorkerRow {
             started_at_ms: row.started_at_ms,
             last_heartbeat_ms: row.last_heartbeat_ms,
             stopped: row.stopped != 0,
+            heartbeat_ms: row.heartbeat_ms,
+            missed_heartbeats: row.missed_heartbeats,
         }
     }
 }
@@ -488,8 +549,80 @@ impl Db {
         Ok(n == 1)
     }
 
+    /// Keeps the error of `attempt` of the trial, an infrastructure failure about to be
+    /// retried, for the trial's final record ([`Db::earlier_attempts`]).
+    pub async fn record_attempt_error(
+        &self,
+        key: &TrialKey,
+        attempt: u32,
+        error: &str,
+    ) -> Result<(), QueueError> {
+        const SQL: &str = "INSERT INTO anvil_trial_attempts \
+             (sweep, task, model, variant, trial, attempt, error, finished_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (sweep, task, model, variant, trial, attempt) DO UPDATE SET \
+             error = excluded.error, finished_at_ms = excluded.finished_at_ms";
+        on_pool!(self, pool => sqlx::query(SQL)
+            .bind(&key.sweep)
+            .bind(&key.task)
+            .bind(&key.model)
+            .bind(key.variant_column())
+            .bind(i64::from(key.trial))
+            .bind(i64::from(attempt))
+            .bind(error)
+            .bind(now_ms())
+            .execute(pool)
+            .await
+            .map(|_| ()))
+        .map_err(QueueError::sql(format!(
+            "recording the error of attempt {attempt} of trial {key}"
+        )))?;
+        Ok(())
+    }
+
+    /// The attempts of the trial before `attempt`, in order, each with the error it ended with;
+    /// an attempt that left none (its worker stopped or was lost mid-trial) says so.
+    pub async fn earlier_attempts(
+        &self,
+        key: &TrialKey,
+        attempt: u32,
+    ) -> Result<Vec<FailedAttempt>, QueueError> {
+        const SQL: &str = "SELECT attempt, error FROM anvil_trial_attempts \
+             WHERE sweep = $1 AND task = $2 AND model = $3 AND variant = $4 AND trial = $5 \
+             AND attempt < $6 ORDER BY attempt";
+        if attempt <= 1 {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<(i64, String)> = on_pool!(self, pool => sqlx::query_as(SQL)
+            .bind(&key.sweep)
+            .bind(&key.task)
+            .bind(&key.model)
+            .bind(key.variant_column())
+            .bind(i64::from(key.trial))
+            .bind(i64::from(attempt))
+            .fetch_all(pool)
+            .await)
+        .map_err(QueueError::sql(format!(
+            "reading the earlier attempts of trial {key}"
+        )))?;
+        Ok((1..attempt)
+            .map(|n| FailedAttempt {
+                attempt: n,
+                error: rows
+                    .iter()
+                    .find(|(a, _)| *a == i64::from(n))
+                    .map(|(_, e)| e.clone())
+                    .unwrap_or_else(|| {
+                        "no result recorded: the worker running it stopped or was lost".into()
+                    }),
+            })
+            .collect())
+    }
+
     /// Marks every unfinished trial of `sweep` cancelled and the sweep itself, so that workers
-    /// skip its queued jobs and end its running ones. Returns how many trials it stopped.
+    /// end its running trials, and takes its waiting jobs off the queue (`Killed` in apalis's
+    /// table: no worker fetches them, and "jobs waiting" agrees with the trial states). Returns
+    /// how many trials it stopped.
     pub async fn cancel_sweep(&self, sweep: &str) -> Result<u64, QueueError> {
         const MARK: &str = "UPDATE anvil_sweeps SET cancelled = 1 WHERE id = $1";
         const TRIALS: &str = "UPDATE anvil_trials SET state = 'cancelled', finished_at_ms = $2 \
@@ -500,9 +633,11 @@ impl Db {
         if found == 0 {
             return Err(QueueError::NoSuchSweep { id: sweep.into() });
         }
-        on_pool!(self, pool => sqlx::query(TRIALS).bind(sweep).bind(now_ms()).execute(pool).await
+        let stopped = on_pool!(self, pool => sqlx::query(TRIALS).bind(sweep).bind(now_ms()).execute(pool).await
             .map(|r| r.rows_affected()))
-        .map_err(QueueError::sql(format!("cancelling the trials of {sweep}")))
+        .map_err(QueueError::sql(format!("cancelling the trials of {sweep}")))?;
+        super::job::kill_waiting(self, sweep).await?;
+        Ok(stopped)
     }
 
     /// Whether `sweep` was cancelled (asked per job and every second per running trial, so it
@@ -529,6 +664,14 @@ impl Db {
             }
             counts.passed += row.passed.unwrap_or(0).max(0) as u64;
         }
+        const RETRIED: &str = "SELECT COUNT(*) FROM (SELECT DISTINCT task, model, variant, trial \
+             FROM anvil_trial_attempts WHERE sweep = $1) AS retried";
+        let retried: i64 =
+            on_pool!(self, pool => sqlx::query_scalar(RETRIED).bind(sweep).fetch_one(pool).await)
+                .map_err(QueueError::sql(format!(
+                "counting retried trials of {sweep}"
+            )))?;
+        counts.retried = retried.max(0) as u64;
         Ok(counts)
     }
 
@@ -553,6 +696,18 @@ impl Db {
             .map_err(QueueError::sql(format!("reading the results of {sweep}")))
     }
 
+    /// When each finished trial of `sweep` (graded or an infrastructure failure: not cancelled)
+    /// ran, as (started, finished) in unix milliseconds: its last attempt's claim to its
+    /// result. What `status` measures a sweep's pace with.
+    pub async fn finished_spans(&self, sweep: &str) -> Result<Vec<(i64, i64)>, QueueError> {
+        const SQL: &str = "SELECT started_at_ms, finished_at_ms FROM anvil_trials \
+             WHERE sweep = $1 AND state IN ('done', 'infra_error') \
+             AND started_at_ms IS NOT NULL AND finished_at_ms IS NOT NULL";
+        on_pool!(self, pool => sqlx::query_as(SQL).bind(sweep).fetch_all(pool).await).map_err(
+            QueueError::sql(format!("reading when the trials of {sweep} ran")),
+        )
+    }
+
     /// Trials being run now, in `sweep` or in every sweep.
     pub async fn running(&self, sweep: Option<&str>) -> Result<Vec<RunningTrial>, QueueError> {
         const SQL: &str = "SELECT sweep, task, model, variant, trial, attempt, worker, started_at_ms \
@@ -565,15 +720,19 @@ impl Db {
     }
 
     pub async fn register_worker(&self, w: &WorkerRow) -> Result<(), QueueError> {
-        const SQL: &str = "INSERT INTO anvil_workers (name, host, pid, started_at_ms, last_heartbeat_ms, stopped) \
-             VALUES ($1, $2, $3, $4, $5, 0) ON CONFLICT (name) DO UPDATE SET \
-             last_heartbeat_ms = excluded.last_heartbeat_ms, stopped = 0";
+        const SQL: &str = "INSERT INTO anvil_workers (name, host, pid, started_at_ms, last_heartbeat_ms, stopped, \
+             heartbeat_ms, missed_heartbeats) \
+             VALUES ($1, $2, $3, $4, $5, 0, $6, $7) ON CONFLICT (name) DO UPDATE SET \
+             last_heartbeat_ms = excluded.last_heartbeat_ms, stopped = 0, \
+             heartbeat_ms = excluded.heartbeat_ms, missed_heartbeats = excluded.missed_heartbeats";
         on_pool!(self, pool => sqlx::query(SQL)
             .bind(&w.name)
             .bind(&w.host)
             .bind(w.pid)
             .bind(w.started_at_ms)
             .bind(w.last_heartbeat_ms)
+            .bind(w.heartbeat_ms)
+            .bind(w.missed_heartbeats)
             .execute(pool)
             .await
             .map(|_| ()))
@@ -595,7 +754,8 @@ impl Db {
 
     /// Workers seen since `since_ms`, most recent first.
     pub async fn workers(&self, since_ms: i64) -> Result<Vec<WorkerRow>, QueueError> {
-        const SQL: &str = "SELECT name, host, pid, started_at_ms, last_heartbeat_ms, stopped \
+        const SQL: &str = "SELECT name, host, pid, started_at_ms, last_heartbeat_ms, stopped, \
+             heartbeat_ms, missed_heartbeats \
              FROM anvil_workers WHERE last_heartbeat_ms >= $1 ORDER BY last_heartbeat_ms DESC";
         let rows: Vec<WorkerDbRow> =
             on_pool!(self, pool => sqlx::query_as(SQL).bind(since_ms).fetch_all(pool).await)
@@ -603,20 +763,63 @@ impl Db {
         Ok(rows.into_iter().map(WorkerRow::from).collect())
     }
 
-    /// Jobs waiting in the queue (apalis's tables): pending, fetched by a worker but not started,
-    /// or failed with attempts left.
+    /// Trial jobs waiting in the queue (apalis's tables): pending, fetched by a worker but not
+    /// started, or failed with attempts left — never those of a cancelled sweep (a worker would
+    /// only acknowledge them; `cancel` takes them off the queue, and a dead worker's re-queued
+    /// job of a cancelled sweep is not counted either).
     pub async fn queue_depth(&self) -> Result<u64, QueueError> {
-        // The table name is one of two constants, never input.
+        // The table name is one of two constants, never input. A job's idempotency key starts
+        // with its sweep's id and the unit separator (`TrialJob::idempotency_key`).
         let sql = sqlx::AssertSqlSafe(format!(
-            "SELECT COUNT(*) FROM {} WHERE job_type = $1 AND (status IN ('Pending', 'Queued') \
-             OR (status = 'Failed' AND attempts < max_attempts))",
+            "SELECT COUNT(*) FROM {} j WHERE j.job_type = $1 AND (j.status IN ('Pending', 'Queued') \
+             OR (j.status = 'Failed' AND j.attempts < j.max_attempts)) \
+             AND NOT EXISTS (SELECT 1 FROM anvil_sweeps s WHERE s.cancelled = 1 \
+             AND substr(j.idempotency_key, 1, length(s.id) + 1) = s.id || $2)",
             super::jobs_table(self)
         ));
         let n: i64 = on_pool!(self, pool => sqlx::query_scalar(sql)
             .bind(super::QUEUE_NAME)
+            .bind("\u{1f}")
             .fetch_one(pool)
             .await)
         .map_err(QueueError::sql("measuring the queue"))?;
         Ok(n.max(0) as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn worker(last_heartbeat_ms: i64, heartbeat_ms: Option<i64>, stopped: bool) -> WorkerRow {
+        WorkerRow {
+            name: "w".into(),
+            host: "h".into(),
+            pid: 1,
+            started_at_ms: 0,
+            last_heartbeat_ms,
+            stopped,
+            heartbeat_ms,
+            missed_heartbeats: None,
+        }
+    }
+
+    /// Dead is past three missed heartbeats of the worker's own interval (5 s when it did not
+    /// record one), never before; a stopped worker is stopped, however long ago.
+    #[test]
+    fn a_worker_is_dead_past_three_missed_heartbeats() {
+        let w = worker(100_000, Some(2_000), false);
+        assert_eq!(w.dead_after_ms(), 6_000);
+        assert_eq!(w.liveness(100_000), Liveness::Alive);
+        assert_eq!(w.liveness(106_000), Liveness::Alive);
+        assert_eq!(w.liveness(106_001), Liveness::Dead);
+        let old = worker(100_000, None, false);
+        assert_eq!(old.dead_after_ms(), 15_000);
+        assert_eq!(old.liveness(115_000), Liveness::Alive);
+        assert_eq!(old.liveness(115_001), Liveness::Dead);
+        assert_eq!(
+            worker(0, Some(1_000), true).liveness(1_000_000),
+            Liveness::Stopped
+        );
     }
 }
