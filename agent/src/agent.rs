@@ -941,7 +941,12 @@ impl Agent {
             return;
         }
         let tools = &self.request.tools;
-        let found = text_calls::find(&text, &|name| tools.iter().any(|t| t.name == name));
+        let mut found = text_calls::find(&text, &|name| tools.iter().any(|t| t.name == name));
+        for call in found.calls.iter_mut().filter(|c| c.untyped) {
+            if let Some(spec) = tools.iter().find(|t| t.name == call.name) {
+                text_calls::type_by_schema(&mut call.arguments, &spec.input_schema);
+            }
+        }
         if found.calls.is_empty() {
             return;
         }

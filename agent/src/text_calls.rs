@@ -61,6 +61,9 @@ pub struct TextCall {
     pub name: String,
     pub arguments: Value,
     pub format: TextCallFormat,
+    /// The arguments came from `<parameter=KEY>` tags: every value is the text as written, to
+    /// be typed by the tool's schema ([`type_by_schema`]).
+    pub untyped: bool,
 }
 
 /// What [`find`] saw in a response.
@@ -73,18 +76,39 @@ pub struct Found {
     pub whole: bool,
 }
 
+/// A recognised span of the text: its byte range, the offered calls in it (empty when it held
+/// none, e.g. a fenced block of ordinary code), and whether it held nothing but them (no prose
+/// inside a tag around or between the calls).
+struct Span {
+    start: usize,
+    end: usize,
+    calls: Vec<TextCall>,
+    clean: bool,
+}
+
 /// The calls to offered tools written in `text`. `offered` says whether a tool name is one the
-/// model was given.
+/// model was given. Linear in the text's length.
 pub fn find(text: &str, offered: &dyn Fn(&str) -> bool) -> Found {
-    let mut spans: Vec<(usize, usize, Vec<TextCall>)> = Vec::new();
+    scan(text, offered).0
+}
+
+/// [`find`], and how many bytes its marker searches read (what keeps it linear).
+fn scan(text: &str, offered: &dyn Fn(&str) -> bool) -> (Found, usize) {
+    let mut spans: Vec<Span> = Vec::new();
+    let mut markers = Markers::new(text);
     let mut rest = 0;
-    while let Some((start, end, calls)) = next_span(text, rest, offered) {
-        if !calls.is_empty() {
-            spans.push((start, end, calls));
-        }
-        rest = end.max(start + 1);
-        if rest >= text.len() {
+    while rest < text.len() {
+        let Some((at, shape)) = markers.next(rest) else {
             break;
+        };
+        let span = match shape {
+            Shape::Fence => fence(text, at, offered),
+            Shape::ToolCallTag => tool_call_tag(text, at, offered),
+            Shape::FunctionTag => function_tag(text, at, offered),
+        };
+        rest = span.end.max(at + 1);
+        if !span.calls.is_empty() {
+            spans.push(span);
         }
     }
     if spans.is_empty() {
@@ -95,49 +119,30 @@ pub fn find(text: &str, offered: &dyn Fn(&str) -> bool) -> Found {
             let calls = calls_in(&value, TextCallFormat::Bare, offered);
             if !calls.is_empty() {
                 let preamble = trimmed[..open].trim();
-                return Found {
+                let found = Found {
                     whole: preamble.chars().count() <= AUTO_PREAMBLE_CHARS,
                     calls,
                 };
+                return (found, markers.scanned);
             }
         }
-        return Found::default();
+        return (Found::default(), markers.scanned);
     }
-    let first = spans[0].0;
-    let last = spans[spans.len() - 1].1;
+    let first = spans[0].start;
+    let last = spans[spans.len() - 1].end;
     let preamble = text[..first].trim();
     let between_is_blank = spans
         .windows(2)
-        .all(|w| text[w[0].1..w[1].0].trim().is_empty());
+        .all(|w| text[w[0].end..w[1].start].trim().is_empty());
     let whole = preamble.chars().count() <= AUTO_PREAMBLE_CHARS
         && between_is_blank
+        && spans.iter().all(|s| s.clean)
         && text[last..].trim().is_empty();
-    Found {
-        calls: spans.into_iter().flat_map(|(_, _, c)| c).collect(),
+    let found = Found {
+        calls: spans.into_iter().flat_map(|s| s.calls).collect(),
         whole,
-    }
-}
-
-/// The next recognised span at or after `from`: its byte range and the offered calls in it
-/// (empty when it held none, e.g. a fenced block of ordinary code).
-fn next_span(
-    text: &str,
-    from: usize,
-    offered: &dyn Fn(&str) -> bool,
-) -> Option<(usize, usize, Vec<TextCall>)> {
-    let hay = &text[from..];
-    let candidates = [
-        hay.find("```").map(|i| (i, Shape::Fence)),
-        hay.find("<tool_call>").map(|i| (i, Shape::ToolCallTag)),
-        hay.find("<function=").map(|i| (i, Shape::FunctionTag)),
-    ];
-    let (at, shape) = candidates.into_iter().flatten().min_by_key(|(i, _)| *i)?;
-    let start = from + at;
-    Some(match shape {
-        Shape::Fence => fence(text, start, offered),
-        Shape::ToolCallTag => tool_call_tag(text, start, offered),
-        Shape::FunctionTag => function_tag(text, start, offered),
-    })
+    };
+    (found, markers.scanned)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -147,18 +152,78 @@ enum Shape {
     FunctionTag,
 }
 
+/// Where each kind of span may start next. A position is searched for again only once the scan
+/// has passed it, and a marker found nowhere further is never searched for again: the whole
+/// scan reads the text a bounded number of times, however many spans it holds.
+struct Markers<'a> {
+    text: &'a str,
+    /// Per shape: `Some(Some(i))` the next occurrence at or after the last search, `Some(None)`
+    /// none left, `None` not searched yet.
+    next: [Option<Option<usize>>; 3],
+    /// Bytes the searches have read.
+    scanned: usize,
+}
+
+impl<'a> Markers<'a> {
+    const SHAPES: [(&'static str, Shape); 3] = [
+        ("```", Shape::Fence),
+        ("<tool_call>", Shape::ToolCallTag),
+        ("<function=", Shape::FunctionTag),
+    ];
+
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            next: [None; 3],
+            scanned: 0,
+        }
+    }
+
+    /// The first marker at or after `from`.
+    fn next(&mut self, from: usize) -> Option<(usize, Shape)> {
+        let mut best: Option<(usize, Shape)> = None;
+        for (i, (marker, shape)) in Self::SHAPES.iter().enumerate() {
+            let stale = match self.next[i] {
+                None => true,
+                Some(Some(at)) => at < from,
+                Some(None) => false,
+            };
+            if stale {
+                let found = self.text[from..].find(marker).map(|at| from + at);
+                self.scanned += found.map_or(self.text.len(), |at| at + marker.len()) - from;
+                self.next[i] = Some(found);
+            }
+            if let Some(Some(at)) = self.next[i]
+                && best.is_none_or(|(b, _)| at < b)
+            {
+                best = Some((at, *shape));
+            }
+        }
+        best
+    }
+}
+
 /// A fenced block starting at `start`: ```` ```lang\nBODY\n``` ````. An unclosed fence runs to
 /// the end of the text.
-fn fence(
-    text: &str,
-    start: usize,
-    offered: &dyn Fn(&str) -> bool,
-) -> (usize, usize, Vec<TextCall>) {
+fn fence(text: &str, start: usize, offered: &dyn Fn(&str) -> bool) -> Span {
     let after_ticks = start + 3;
     let line_end = text[after_ticks..]
         .find('\n')
         .map_or(text.len(), |i| after_ticks + i);
     let lang = text[after_ticks..line_end].trim().to_ascii_lowercase();
+    // ```{"name": …}``` on one line: the "language" is the JSON itself.
+    if lang.starts_with('{') {
+        if let Some(e) = text[after_ticks..line_end].find("```") {
+            let e = after_ticks + e;
+            let calls = json_calls(&text[after_ticks..e], TextCallFormat::Fenced, offered);
+            return Span {
+                start,
+                end: e + 3,
+                calls,
+                clean: true,
+            };
+        }
+    }
     let body_start = (line_end + 1).min(text.len());
     let (body_end, end) = match text[body_start..].find("```") {
         Some(i) => (body_start + i, body_start + i + 3),
@@ -169,37 +234,21 @@ fn fence(
         lang.as_str(),
         "" | "json" | "jsonc" | "json5" | "tool_call" | "tool_code" | "tool" | "function"
     );
-    let body = &text[body_start..body_end];
     let calls = if callish {
-        json_calls(body, TextCallFormat::Fenced, offered)
+        json_calls(&text[body_start..body_end], TextCallFormat::Fenced, offered)
     } else {
         Vec::new()
     };
-    // ```{"name": …}``` on one line: the "language" is the JSON itself.
-    let calls = if calls.is_empty() && lang.starts_with('{') {
-        let inline_end = text[after_ticks..].find("```").map(|i| after_ticks + i);
-        match inline_end {
-            Some(e) => {
-                let found = json_calls(&text[after_ticks..e], TextCallFormat::Fenced, offered);
-                if !found.is_empty() {
-                    return (start, e + 3, found);
-                }
-                Vec::new()
-            }
-            None => Vec::new(),
-        }
-    } else {
-        calls
-    };
-    (start, end, calls)
+    Span {
+        start,
+        end,
+        calls,
+        clean: true,
+    }
 }
 
 /// `<tool_call>BODY</tool_call>` starting at `start`; BODY is JSON or a `<function=…>` call.
-fn tool_call_tag(
-    text: &str,
-    start: usize,
-    offered: &dyn Fn(&str) -> bool,
-) -> (usize, usize, Vec<TextCall>) {
+fn tool_call_tag(text: &str, start: usize, offered: &dyn Fn(&str) -> bool) -> Span {
     const OPEN: &str = "<tool_call>";
     const CLOSE: &str = "</tool_call>";
     let body_start = start + OPEN.len();
@@ -208,96 +257,191 @@ fn tool_call_tag(
         None => (text.len(), text.len()),
     };
     let body = &text[body_start..body_end];
-    let calls = match body.find("<function=") {
+    match body.find("<function=") {
         Some(i) if body[..i].trim().is_empty() => {
-            let (_, _, calls) = function_tag(body, i, offered);
-            calls
+            let inner = function_tag(body, i, offered);
+            let calls = inner
+                .calls
                 .into_iter()
                 .map(|c| TextCall {
                     format: TextCallFormat::ToolCallTag,
                     ..c
                 })
-                .collect()
+                .collect();
+            Span {
+                start,
+                // Unclosed: the span ends where the function did; what follows is text.
+                end: if body_end == text.len() {
+                    body_start + inner.end
+                } else {
+                    end
+                },
+                calls,
+                clean: inner.clean && body[inner.end..].trim().is_empty(),
+            }
         }
-        _ => json_calls(body, TextCallFormat::ToolCallTag, offered),
-    };
-    (start, end, calls)
+        _ => Span {
+            start,
+            end,
+            calls: json_calls(body, TextCallFormat::ToolCallTag, offered),
+            clean: true,
+        },
+    }
 }
 
 /// `<function=NAME>BODY</function>` starting at `start`; BODY is a JSON object of arguments or
-/// `<parameter=KEY>VALUE</parameter>` tags.
-fn function_tag(
-    text: &str,
-    start: usize,
-    offered: &dyn Fn(&str) -> bool,
-) -> (usize, usize, Vec<TextCall>) {
+/// `<parameter=KEY>VALUE</parameter>` tags. Unclosed, it ends after its last parameter (or at
+/// the end of the text): prose after it is text, not part of the call.
+fn function_tag(text: &str, start: usize, offered: &dyn Fn(&str) -> bool) -> Span {
     const OPEN: &str = "<function=";
     const CLOSE: &str = "</function>";
     let name_start = start + OPEN.len();
+    let nothing = |end| Span {
+        start,
+        end,
+        calls: Vec::new(),
+        clean: true,
+    };
     let Some(gt) = text[name_start..].find('>') else {
-        return (start, text.len(), Vec::new());
+        return nothing(text.len());
     };
     let name = text[name_start..name_start + gt].trim().to_string();
     let body_start = name_start + gt + 1;
-    let (body_end, end) = match text[body_start..].find(CLOSE) {
-        Some(i) => (body_start + i, body_start + i + CLOSE.len()),
-        None => (text.len(), text.len()),
-    };
-    if !offered(&name) {
-        return (start, end, Vec::new());
-    }
-    let body = text[body_start..body_end].trim();
-    let arguments = if body.contains("<parameter=") {
-        Value::Object(parameter_tags(body))
-    } else if body.is_empty() {
-        Value::Object(Map::new())
+    let closed = text[body_start..].find(CLOSE).map(|i| body_start + i);
+    let body_end = closed.unwrap_or(text.len());
+    let body = &text[body_start..body_end];
+    let (arguments, untyped, used) = if body.contains("<parameter=") {
+        let (map, used) = parameter_tags(body);
+        (Value::Object(map), true, used)
+    } else if body.trim().is_empty() {
+        (Value::Object(Map::new()), false, 0)
     } else {
         match serde_json::from_str::<Value>(body) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => return (start, end, Vec::new()),
+            Ok(v @ Value::Object(_)) => (v, false, body.len()),
+            _ => return nothing(closed.map_or(text.len(), |c| c + CLOSE.len())),
         }
     };
-    (
+    let (end, clean) = match closed {
+        Some(c) => (c + CLOSE.len(), body[used..].trim().is_empty()),
+        None => (body_start + used, true),
+    };
+    // Text between the parameters (not inside any) is prose in the call: not only a call.
+    let clean = clean && (!untyped || only_parameters(&body[..used]));
+    if !offered(&name) {
+        return nothing(end);
+    }
+    Span {
         start,
         end,
-        vec![TextCall {
+        calls: vec![TextCall {
             name,
             arguments,
             format: TextCallFormat::FunctionTag,
+            untyped,
         }],
-    )
+        clean,
+    }
 }
 
-/// `<parameter=KEY>VALUE</parameter>` pairs. A value that parses as JSON other than a string
-/// (a number, a list) keeps that type; anything else is the text itself, one leading and one
-/// trailing newline removed.
-fn parameter_tags(body: &str) -> Map<String, Value> {
+/// `<parameter=KEY>VALUE</parameter>` pairs, each value the text as written (one leading and
+/// one trailing newline removed), and how far into `body` the last one ended.
+fn parameter_tags(body: &str) -> (Map<String, Value>, usize) {
     const OPEN: &str = "<parameter=";
     const CLOSE: &str = "</parameter>";
     let mut out = Map::new();
-    let mut rest = body;
-    while let Some(i) = rest.find(OPEN) {
-        let after = &rest[i + OPEN.len()..];
-        let Some(gt) = after.find('>') else { break };
-        let key = after[..gt].trim().to_string();
-        let value_text = &after[gt + 1..];
-        let (raw, next) = match value_text.find(CLOSE) {
-            Some(j) => (&value_text[..j], &value_text[j + CLOSE.len()..]),
-            None => match value_text.find(OPEN) {
-                Some(j) => (&value_text[..j], &value_text[j..]),
-                None => (value_text, ""),
+    let mut at = 0;
+    let mut used = 0;
+    // The next closing tag, searched for again only once passed, never again once none is
+    // left: many unclosed parameters stay linear.
+    let mut close: Option<Option<usize>> = None;
+    while let Some(i) = body[at..].find(OPEN) {
+        let after = at + i + OPEN.len();
+        let Some(gt) = body[after..].find('>') else {
+            break;
+        };
+        let key = body[after..after + gt].trim().to_string();
+        let value_start = after + gt + 1;
+        let stale = match close {
+            None => true,
+            Some(Some(c)) => c < value_start,
+            Some(None) => false,
+        };
+        if stale {
+            close = Some(body[value_start..].find(CLOSE).map(|j| value_start + j));
+        }
+        let (raw_end, next) = match close.flatten() {
+            Some(c) => (c, c + CLOSE.len()),
+            // Unclosed: the value runs to the next parameter, or to the end.
+            None => match body[value_start..].find(OPEN) {
+                Some(j) => (value_start + j, value_start + j),
+                None => (body.len(), body.len()),
             },
         };
+        let raw = &body[value_start..raw_end];
         let raw = raw.strip_prefix('\n').unwrap_or(raw);
         let raw = raw.strip_suffix('\n').unwrap_or(raw);
-        let value = match serde_json::from_str::<Value>(raw.trim()) {
-            Ok(v) if !v.is_string() => v,
-            _ => Value::String(raw.to_string()),
-        };
-        out.insert(key, value);
-        rest = next;
+        out.insert(key, Value::String(raw.to_string()));
+        at = next;
+        used = next;
     }
-    out
+    (out, used)
+}
+
+/// Whether `text` is parameter tags and whitespace only.
+fn only_parameters(text: &str) -> bool {
+    let mut rest = text;
+    loop {
+        let trimmed = rest.trim_start();
+        if trimmed.is_empty() {
+            return true;
+        }
+        if !trimmed.starts_with("<parameter=") {
+            return false;
+        }
+        match trimmed.find("</parameter>") {
+            Some(j) => rest = &trimmed[j + "</parameter>".len()..],
+            None => return true,
+        }
+    }
+}
+
+/// Types the string values of arguments written as `<parameter=…>` tags by the tool's input
+/// schema: a property the schema declares as a number, integer, boolean, array, object or
+/// null takes the JSON value the text spells (when it spells one); every other value, and
+/// every string property, stays the text as written — `{"a": 1}` written as a file's content
+/// is that text, not an object.
+pub fn type_by_schema(arguments: &mut Value, schema: &Value) {
+    let (Some(args), Some(properties)) = (
+        arguments.as_object_mut(),
+        schema.get("properties").and_then(Value::as_object),
+    ) else {
+        return;
+    };
+    for (key, value) in args.iter_mut() {
+        let Some(text) = value.as_str() else { continue };
+        let types: Vec<&str> = match properties.get(key).and_then(|p| p.get("type")) {
+            Some(Value::String(t)) => vec![t.as_str()],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => continue,
+        };
+        if types.contains(&"string") {
+            continue;
+        }
+        if let Ok(typed) = serde_json::from_str::<Value>(text.trim()) {
+            let fits = types.iter().any(|t| match *t {
+                "integer" => typed.is_i64() || typed.is_u64(),
+                "number" => typed.is_number(),
+                "boolean" => typed.is_boolean(),
+                "array" => typed.is_array(),
+                "object" => typed.is_object(),
+                "null" => typed.is_null(),
+                _ => false,
+            });
+            if fits {
+                *value = typed;
+            }
+        }
+    }
 }
 
 /// The offered calls in a JSON text: one call object or an array of them.
@@ -361,6 +505,7 @@ fn call(value: &Value, format: TextCallFormat, offered: &dyn Fn(&str) -> bool) -
         name: name.to_string(),
         arguments,
         format,
+        untyped: false,
     })
 }
 
@@ -448,6 +593,8 @@ mod tests {
             found.calls[0].arguments,
             json!({"path": "hello.txt", "content": "hi\nthere"})
         );
+        assert!(found.calls[0].untyped);
+        assert!(found.whole);
     }
 
     #[test]
@@ -503,5 +650,79 @@ mod tests {
         let found = find(text, &offered);
         assert_eq!(found.calls.len(), 1);
         assert!(!found.whole);
+    }
+
+    #[test]
+    fn prose_after_an_unclosed_function_or_inside_a_closed_one_is_not_only_a_call() {
+        let unclosed = format!(
+            "<function=bash><parameter=command>touch x</parameter>\n\n{}",
+            "Here is my full answer. ".repeat(10)
+        );
+        let found = find(&unclosed, &offered);
+        assert_eq!(found.calls.len(), 1);
+        assert!(!found.whole, "prose after the call");
+        let inside = format!(
+            "<tool_call><function=bash><parameter=command>touch x</parameter> {} </function></tool_call>",
+            "words ".repeat(50)
+        );
+        let found = find(&inside, &offered);
+        assert_eq!(found.calls.len(), 1);
+        assert!(!found.whole, "prose inside the function");
+        let between = "<function=bash><parameter=command>ls</parameter> and also <parameter=timeout_ms>5</parameter></function>";
+        assert!(!find(between, &offered).whole);
+        let clean = "<function=bash>\n<parameter=command>\nls\n</parameter>\n</function>\n";
+        assert!(find(clean, &offered).whole);
+    }
+
+    #[test]
+    fn parameter_values_are_typed_only_where_the_schema_says_so() {
+        let schema = json!({"type": "object", "properties": {
+            "file_path": {"type": "string"},
+            "content": {"type": "string"},
+            "timeout_ms": {"type": ["integer", "null"]},
+            "replace_all": {"type": "boolean"},
+            "lines": {"type": "array"}
+        }});
+        let mut args = json!({
+            "file_path": "package.json",
+            "content": "{\"name\": \"demo\"}",
+            "timeout_ms": "5000",
+            "replace_all": "true",
+            "lines": "not a list",
+            "unknown": "7"
+        });
+        type_by_schema(&mut args, &schema);
+        assert_eq!(
+            args,
+            json!({
+                "file_path": "package.json",
+                "content": "{\"name\": \"demo\"}",
+                "timeout_ms": 5000,
+                "replace_all": true,
+                "lines": "not a list",
+                "unknown": "7"
+            })
+        );
+    }
+
+    #[test]
+    fn a_flood_of_markers_is_scanned_in_linear_time() {
+        // Each span used to search the rest of the text for every marker, including ones that
+        // appear nowhere: quadratic (a 4 MB answer took minutes). Counted, not timed: the
+        // marker searches read each byte a bounded number of times.
+        for text in [
+            "```\n```\n".repeat(50_000),
+            "<tool_call></tool_call>".repeat(20_000),
+            "<function=x></function>".repeat(20_000),
+            "```\n{}\n```\n<tool_call>{}</tool_call>".repeat(10_000),
+        ] {
+            let (found, scanned) = scan(&text, &offered);
+            assert!(found.calls.is_empty());
+            assert!(
+                scanned <= 4 * text.len(),
+                "{scanned} bytes read for {}",
+                text.len()
+            );
+        }
     }
 }

@@ -263,3 +263,18 @@ async fn every_recorded_response_is_recovered_or_left_alone_as_its_manifest_says
     }
     assert!(checked >= 3, "{checked} recordings");
 }
+
+#[tokio::test]
+async fn parameter_tags_write_json_text_as_text_and_type_only_what_the_schema_types() {
+    // Qwen3-Coder's shape: every value is text; a file's content that looks like JSON stays
+    // text (write_file's content is a string), replace_all (a boolean) is typed.
+    let text = "<tool_call>\n<function=write_file>\n<parameter=file_path>\npackage.json\n</parameter>\n<parameter=content>\n{\"name\": \"demo\"}\n</parameter>\n</function>\n</tool_call>";
+    let run = turn(
+        ToolCallMode::Auto,
+        vec![script::text(text), script::text("Done.")],
+    )
+    .await;
+    assert_eq!(run.outcome, TurnOutcome::Done);
+    let written = std::fs::read_to_string(run.dir.path().join("package.json")).unwrap();
+    assert_eq!(written, "{\"name\": \"demo\"}");
+}
