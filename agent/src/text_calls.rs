@@ -212,17 +212,17 @@ fn fence(text: &str, start: usize, offered: &dyn Fn(&str) -> bool) -> Span {
         .map_or(text.len(), |i| after_ticks + i);
     let lang = text[after_ticks..line_end].trim().to_ascii_lowercase();
     // ```{"name": …}``` on one line: the "language" is the JSON itself.
-    if lang.starts_with('{') {
-        if let Some(e) = text[after_ticks..line_end].find("```") {
-            let e = after_ticks + e;
-            let calls = json_calls(&text[after_ticks..e], TextCallFormat::Fenced, offered);
-            return Span {
-                start,
-                end: e + 3,
-                calls,
-                clean: true,
-            };
-        }
+    if lang.starts_with('{')
+        && let Some(e) = text[after_ticks..line_end].find("```")
+    {
+        let e = after_ticks + e;
+        let calls = json_calls(&text[after_ticks..e], TextCallFormat::Fenced, offered);
+        return Span {
+            start,
+            end: e + 3,
+            calls,
+            clean: true,
+        };
     }
     let body_start = (line_end + 1).min(text.len());
     let (body_end, end) = match text[body_start..].find("```") {
