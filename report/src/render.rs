@@ -307,6 +307,29 @@ pub fn json(r: &Report) -> String {
     serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
+/// One line per significant regression, against the baseline or a variant's reference, its
+/// names written through `escape`: what the Markdown and HTML reports put first.
+pub(crate) fn regression_lines(r: &Report, escape: impl Fn(&str) -> String) -> Vec<String> {
+    r.baseline
+        .iter()
+        .flatten()
+        .chain(&r.variants)
+        .filter(|c| c.verdict == Verdict::Regression)
+        .map(|c| {
+            let against = match &c.reference {
+                Some(v) => format!("against variant {}", escape(v)),
+                None => "against the baseline".into(),
+            };
+            format!(
+                "{} {} {against} ({:+.1} pts)",
+                escape(&c.label()),
+                escape(&c.metric.to_string()),
+                c.diff * 100.0
+            )
+        })
+        .collect()
+}
+
 /// HTML-escaped text (every HTML output of the crate).
 pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")

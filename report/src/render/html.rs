@@ -295,25 +295,7 @@ fn header(h: &mut String, r: &Report, options: &HtmlOptions<'_>) {
 
 /// The significant regressions, first: what a reader looks for.
 fn regressions(h: &mut String, r: &Report) {
-    let found: Vec<String> = r
-        .baseline
-        .iter()
-        .flatten()
-        .chain(&r.variants)
-        .filter(|c| c.verdict == Verdict::Regression)
-        .map(|c| {
-            let against = match &c.reference {
-                Some(v) => format!("against variant {}", esc(v)),
-                None => "against the baseline".into(),
-            };
-            format!(
-                "{} {} {against} ({:+.1} pts)",
-                esc(&c.label()),
-                esc(&c.metric.to_string()),
-                c.diff * 100.0
-            )
-        })
-        .collect();
+    let found = super::regression_lines(r, esc);
     if !found.is_empty() {
         let _ = write!(
             h,

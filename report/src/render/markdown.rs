@@ -73,25 +73,7 @@ pub fn markdown(r: &Report, results: &str, baseline: Option<&str>) -> String {
     let _ = writeln!(out, " · k = {}\n", ks.join(", "));
 
     // Regressions first: what a reviewer of a CI run looks for.
-    let regressions: Vec<String> = r
-        .baseline
-        .iter()
-        .flatten()
-        .chain(&r.variants)
-        .filter(|c| c.verdict == Verdict::Regression)
-        .map(|c| {
-            let against = match &c.reference {
-                Some(v) => format!("against variant {}", md(v)),
-                None => "against the baseline".into(),
-            };
-            format!(
-                "{} {} {against} ({:+.1} pts)",
-                md(&c.label()),
-                c.metric,
-                c.diff * 100.0
-            )
-        })
-        .collect();
+    let regressions = super::regression_lines(r, md);
     if !regressions.is_empty() {
         let _ = writeln!(
             out,

@@ -164,11 +164,22 @@ async fn drain(db: &Db, sweep: &str, seen: Arc<Recorder>, limit: Duration) {
         fast_options(),
         shutdown.clone(),
     ));
+    wait_until_finished(db, sweep, limit).await;
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .expect("worker stops when asked")
+        .unwrap()
+        .unwrap();
+}
+
+/// Waits until every trial of `sweep` has finished; fails past `limit`.
+async fn wait_until_finished(db: &Db, sweep: &str, limit: Duration) {
     let started = Instant::now();
     loop {
         let counts = db.counts(sweep).await.unwrap();
         if counts.finished() == counts.total() {
-            break;
+            return;
         }
         assert!(
             started.elapsed() < limit,
@@ -176,12 +187,6 @@ async fn drain(db: &Db, sweep: &str, seen: Arc<Recorder>, limit: Duration) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), handle)
-        .await
-        .expect("worker stops when asked")
-        .unwrap()
-        .unwrap();
 }
 
 async fn with_each_db<F, Fut>(name: &str, f: F)
@@ -440,18 +445,7 @@ async fn trials_wait_for_their_providers_slot_outside_their_time_budget() {
             fast_options(),
             shutdown.clone(),
         ));
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let counts = db.counts("s11").await.unwrap();
-            if counts.finished() == counts.total() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "sweep did not finish: {counts:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until_finished(&db, "s11", Duration::from_secs(30)).await;
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(10), handle)
             .await
