@@ -155,7 +155,8 @@ pub struct HeadlessResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retryable: Option<bool>,
     /// The provider's HTTP status when a response's status ended the turn (`failed` only):
-    /// 401/403 means the credentials were refused, which no retry fixes.
+    /// with `steps` and `usage`, what tells a trial refused by the provider (an infrastructure
+    /// error) from a run the model had (`jobs::child`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
     /// The provider's stop reason (`protocol_stopped`), or why the budget stopped the turn

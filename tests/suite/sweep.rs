@@ -949,3 +949,76 @@ on_both_databases!(
     sweep_budget_postgres,
     a_sweep_budget_admits_what_fits
 );
+
+/// A provider that refuses the trial itself — a key it does not accept (401), or a first
+/// request answered 400 as Gemini answers a bad key — ends the trial as the infrastructure's
+/// failure, never as a graded fail of the model: a sweep run with a bad key must not report a
+/// 0 % pass rate as if the model had tried. But a refusal the model's own conversation provoked
+/// after it worked (a moderation 403) stays its graded fail: else a model could make its
+/// failing trial vanish from the pass rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_key_is_an_infrastructure_error_but_a_refusal_the_model_provoked_is_its_fail() {
+    use anvil_llm::testing::anthropic_sse::{self, Usage};
+    use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |body| {
+        let error = |status: u16, kind: &str, message: &str| {
+            Answer::error(
+                status,
+                json!({"type": "error", "error": {"type": kind, "message": message}}).to_string(),
+            )
+        };
+        let turns = body["messages"].as_array().map_or(0, Vec::len);
+        match body["model"].as_str() {
+            // `good` is refused its key.
+            Some("claude-good") => error(401, "authentication_error", "invalid x-api-key"),
+            // `bad` writes a wrong answer, then its conversation is "flagged".
+            _ if turns == 1 => Answer::sse(anthropic_sse::tool_use(
+                "toolu_write_1",
+                "write_file",
+                &json!({"file_path": "answer.txt", "content": "41\n"}),
+                "tool_use",
+                Usage {
+                    input: 40,
+                    output: 9,
+                },
+            )),
+            _ => error(403, "permission_error", "your input was flagged"),
+        }
+    })
+    .await;
+    let s = setup(&server, false, &["t1"]).await;
+    let mut args = s.run_args("refused");
+    args.extend(["--trials", "1", "--max-attempts", "2"].map(String::from));
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let recs = records(&s, "refused");
+    assert_eq!(recs.len(), 2, "{}", text(&out));
+    for r in &recs {
+        if r["model"] == "good" {
+            assert!(r["pass"].is_null(), "not graded: {r}");
+            let error = r["infra_error"].as_str().unwrap_or_else(|| panic!("{r}"));
+            for part in [
+                "HTTP 401",
+                "invalid x-api-key",
+                "check model good's provider 'mock'",
+                "its key in $MOCK_API_KEY",
+            ] {
+                assert!(error.contains(part), "{part}: {error}");
+            }
+        } else {
+            assert_eq!(r["pass"], false, "graded, the model's own fail: {r}");
+            assert!(r["infra_error"].is_null(), "{r}");
+            assert_eq!(r["outcome"], "failed", "{r}");
+        }
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let good = stdout
+        .lines()
+        .find(|l| l.contains("good"))
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    assert!(
+        !good.contains("0.0") && !good.contains(" 0%"),
+        "no pass rate for trials that never ran: {}",
+        text(&out)
+    );
+    s.cleanup().await;
+}

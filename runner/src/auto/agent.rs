@@ -23,27 +23,10 @@ pub struct AgentRun {
     pub steps: u32,
     pub cost_usd: Option<f64>,
     pub accounting: Accounting,
-    /// Why the turn failed (`failed` only).
+    /// Why the turn failed (`failed` only). A provider refusing the session itself (a bad
+    /// key) never gets here: [`child::run`] makes it a persistent
+    /// [`AgentError::ProviderRefused`], as for eval trials.
     pub error: Option<String>,
-    /// The provider's HTTP status when a response's status ended the turn.
-    pub http_status: Option<u16>,
-}
-
-impl AgentRun {
-    /// The provider's refusal of the credentials (HTTP 401 or 403) that ended the turn, if it
-    /// did: no later attempt does better, so it is a persistent infrastructure failure, never
-    /// a session the model had. Read from the typed status `anvil -p` reports, never from
-    /// the error's wording.
-    pub fn auth_refused(&self) -> Option<&str> {
-        if self.outcome != "failed" || !matches!(self.http_status, Some(401 | 403)) {
-            return None;
-        }
-        Some(
-            self.error
-                .as_deref()
-                .unwrap_or("HTTP 401/403 from the provider"),
-        )
-    }
 }
 
 /// Why the agent did not end a session: the infrastructure's failure (retried as the next
@@ -99,7 +82,6 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
                 cost_usd,
                 accounting,
                 error: None,
-                http_status: None,
             }
         }
         ChildRun::Finished(result) => AgentRun {
@@ -109,45 +91,6 @@ pub async fn run(spec: &AgentSpec<'_>, cancel: &CancellationToken) -> Result<Age
             cost_usd: result.cost_usd,
             accounting: result.accounting,
             error: result.error,
-            http_status: result.http_status,
         },
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn failed(error: &str, http_status: Option<u16>) -> AgentRun {
-        AgentRun {
-            outcome: "failed".into(),
-            text: String::new(),
-            steps: 1,
-            cost_usd: None,
-            accounting: Accounting::Unknown,
-            error: Some(error.into()),
-            http_status,
-        }
-    }
-
-    #[test]
-    fn only_a_refusal_of_the_credentials_is_an_auth_failure() {
-        let refused = "HTTP 401 from the provider: invalid x-api-key";
-        assert_eq!(failed(refused, Some(401)).auth_refused(), Some(refused));
-        assert!(failed("forbidden", Some(403)).auth_refused().is_some());
-        for (other, status) in [
-            ("HTTP 400 from the provider: bad request", Some(400)),
-            ("HTTP 529 from the provider: overloaded", Some(529)),
-            // The wording alone never decides.
-            ("HTTP 401 from the provider: a model's words", None),
-            ("could not reach the provider: connection refused", None),
-        ] {
-            assert_eq!(failed(other, status).auth_refused(), None, "{other}");
-        }
-        let done = AgentRun {
-            outcome: "done".into(),
-            ..failed(refused, Some(401))
-        };
-        assert_eq!(done.auth_refused(), None);
-    }
 }

@@ -101,9 +101,6 @@ enum SessionError {
     Verify(#[from] VerifyError),
     #[error(transparent)]
     Agent(#[from] AgentError),
-    /// The provider refused the credentials: no attempt can do better.
-    #[error("the provider refused the credentials: {0}")]
-    AuthRefused(String),
     #[error("check of {id} could not run: {reason}")]
     CheckInfra { id: String, reason: String },
     #[error("the run's {what} does not read: {reason}")]
@@ -119,7 +116,7 @@ impl SessionError {
     fn persistent(&self) -> bool {
         match self {
             SessionError::Agent(e) => e.persistent(),
-            SessionError::Corrupt { .. } | SessionError::AuthRefused(_) => true,
+            SessionError::Corrupt { .. } => true,
             _ => false,
         }
     }
@@ -647,9 +644,6 @@ impl Orchestrator {
             }
         };
         let run = self.agent(ctx, &wt.dir, &transcript, &prompt).await?;
-        if let Some(error) = run.auth_refused() {
-            return Err(SessionError::AuthRefused(error.to_string()));
-        }
         let mut flags = Vec::new();
         match run.outcome.as_str() {
             "max_steps" => flags.push("max_steps"),

@@ -119,6 +119,22 @@ pub enum ChildError {
     TranscriptUnwritten { error: String },
     #[error("provider unreachable after retries: {error}")]
     ProviderUnreachable { error: String },
+    /// The provider refused the trial itself — a key it does not accept, an account without
+    /// credit, a model id it does not know ([`refused_by_provider`]): the configuration's
+    /// failure, never the model's.
+    #[error(
+        "the provider refused the request (HTTP {status}): {error} — check model {model}'s \
+         provider '{provider}' at {base_url}{key}"
+    )]
+    ProviderRefused {
+        status: u16,
+        error: String,
+        model: String,
+        provider: String,
+        base_url: String,
+        /// `, its key in $VAR` when the provider takes one.
+        key: String,
+    },
     #[error("the agent exited {code} after a turn that ended {outcome}: {error}")]
     UnexpectedExit {
         code: i32,
@@ -133,10 +149,33 @@ pub enum ChildError {
     },
 }
 
+/// Whether a failed turn is the provider refusing the trial rather than the model's run:
+/// - 401 (credentials), 402 (payment) or 407 (proxy authentication) at any point: they answer
+///   who sent the request, never what it said;
+/// - any other refusal (4xx) of the first request, before the model produced anything: that
+///   request held only the task's prompt and anvil's own parts, so a bad key some providers
+///   answer with 400 (Gemini's `API_KEY_INVALID`), an empty balance (Anthropic's 400), no
+///   access (403) or an unknown model id (404) is the setup's.
+///
+/// A refusal after the model has worked stays the model's: a request its own conversation
+/// made invalid or had moderated (a 400, OpenRouter's 403 for flagged input) is part of its
+/// run — else a model could make its failing trial vanish from the pass rate.
+fn refused_by_provider(result: &HeadlessResult) -> bool {
+    let Some(status) = result.http_status else {
+        return false;
+    };
+    let before_the_model = result.steps <= 1 && result.usage.output == 0;
+    matches!(status, 401 | 402 | 407)
+        || (before_the_model && (400..500).contains(&status) && !matches!(status, 408 | 429))
+}
+
 impl ChildError {
     /// Whether retrying cannot help.
     pub fn persistent(&self) -> bool {
-        matches!(self, ChildError::Setup { .. })
+        matches!(
+            self,
+            ChildError::Setup { .. } | ChildError::ProviderRefused { .. }
+        )
     }
 }
 
@@ -238,6 +277,20 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
                 error: result.error.unwrap_or_default(),
             });
         }
+        exit::FAILED if refused_by_provider(&result) => {
+            let provider = &spec.model.provider;
+            return Err(ChildError::ProviderRefused {
+                status: result.http_status.unwrap_or_default(),
+                error: result.error.unwrap_or_default(),
+                model: spec.model.name.clone(),
+                provider: provider.name.clone(),
+                base_url: provider.base_url.clone(),
+                key: provider
+                    .api_key_env
+                    .as_ref()
+                    .map_or(String::new(), |var| format!(", its key in ${var}")),
+            });
+        }
         exit::FAILED if result.retryable == Some(true) => {
             return Err(ChildError::ProviderUnreachable {
                 error: result.error.unwrap_or_default(),
@@ -261,4 +314,58 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
         });
     }
     Ok(ChildRun::Finished(result))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(status: u16, steps: u32, output: u64) -> HeadlessResult {
+        serde_json::from_value(serde_json::json!({
+            "outcome": "failed",
+            "text": "",
+            "steps": steps,
+            "usage": {"input": 0, "output": output, "cache_read": 0, "cache_write": 0},
+            "model": "m",
+            "provider": "p",
+            "model_id": "m",
+            "config_digest": "d",
+            "cost_usd": null,
+            "accounting": "estimated",
+            "error": format!("HTTP {status} from the provider"),
+            "retryable": false,
+            "http_status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_refusal_of_who_sent_it_or_of_the_first_request_is_the_providers() {
+        // Credentials, payment, proxy: whenever they come.
+        for status in [401, 402, 407] {
+            assert!(refused_by_provider(&failed(status, 1, 0)), "{status}");
+            assert!(refused_by_provider(&failed(status, 7, 900)), "{status}");
+        }
+        // Any refusal of the first request, before the model produced a thing.
+        for status in [400, 403, 404, 413, 422] {
+            assert!(refused_by_provider(&failed(status, 1, 0)), "{status}");
+        }
+        // After the model worked, what its conversation provoked is its own.
+        for (status, steps, output) in [(400, 3, 200), (403, 2, 50), (404, 5, 10), (400, 1, 12)] {
+            assert!(
+                !refused_by_provider(&failed(status, steps, output)),
+                "{status} at step {steps}"
+            );
+        }
+        // Not refusals: retryable statuses, server errors, no status at all.
+        for status in [408, 429, 500, 529] {
+            assert!(!refused_by_provider(&failed(status, 1, 0)), "{status}");
+        }
+        let mut no_status = failed(401, 1, 0);
+        no_status.http_status = None;
+        assert!(
+            !refused_by_provider(&no_status),
+            "the wording alone never decides"
+        );
+    }
 }

@@ -412,7 +412,9 @@ async fn a_persistent_auth_error_ends_the_run_infra_failed() {
     );
     let error = report["sessions"][1]["error"].as_str().unwrap();
     assert!(
-        error.contains("refused the credentials") && error.contains("invalid x-api-key"),
+        error.contains("the provider refused the request (HTTP 401)")
+            && error.contains("invalid x-api-key")
+            && error.contains("check model"),
         "{error}"
     );
     assert_eq!(report["worker_sessions"], 0, "{report:#}");
