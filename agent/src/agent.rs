@@ -1,5 +1,5 @@
 //! [`Agent`]: the agent loop. Sample the model, run the tools it asks for, append the results,
-//! until the turn ends (the algorithm in `spec/tables.md`).
+//! until the turn ends (docs/ARCHITECTURE.md, "The life of a headless turn").
 //!
 //! Invariants:
 //! - the transcript is validated before every request and after every committed tool batch;
@@ -127,6 +127,12 @@ pub struct Agent {
     protocol: Option<anvil_llm::Protocol>,
     /// What to do with tool calls the model writes as text.
     tool_calls: ToolCallMode,
+    /// The system prompt as configured, before [`text_calls::system_prompt`] adds what the
+    /// tool-call mode needs.
+    system: Option<String>,
+    /// This turn's previous step's calls (name, arguments), to notice a model repeating
+    /// itself under `tool_calls = "text"` ([`text_calls::note_repeated`]).
+    previous_calls: Option<Vec<(String, Value)>>,
 }
 
 /// A hard budget in USD over what this agent spends from `base` (what the session had spent
@@ -184,7 +190,7 @@ impl Agent {
         let tools_generation = tools.generation();
         let request = ChatRequest {
             model: cfg.model,
-            system: cfg.system,
+            system: text_calls::system_prompt(cfg.system.as_deref(), cfg.tool_calls),
             messages: Vec::new(),
             tools: tools.specs(),
             max_tokens: cfg.max_tokens,
@@ -211,6 +217,8 @@ impl Agent {
             spend_limit: None,
             protocol: cfg.protocol,
             tool_calls: cfg.tool_calls,
+            system: cfg.system,
+            previous_calls: None,
         }
     }
 
@@ -614,6 +622,7 @@ impl Agent {
     /// setting, after [`Agent::switch_model`]).
     pub fn set_tool_calls(&mut self, mode: ToolCallMode) {
         self.tool_calls = mode;
+        self.request.system = text_calls::system_prompt(self.system.as_deref(), mode);
     }
 
     /// The provider as telemetry names it: the protocol's conventional name, else its own.
@@ -643,6 +652,7 @@ impl Agent {
         cancel: CancellationToken,
     ) -> TurnOutcome {
         self.unwritten = None;
+        self.previous_calls = None;
         let span = crate::telemetry::invoke_agent(
             self.provider_system(),
             &self.request.model,
@@ -787,7 +797,15 @@ impl Agent {
         if calls.is_empty() {
             return Step::Finished(TurnOutcome::Done);
         }
-        let results = self.run_tools(&calls, cancel).await;
+        let mut results = self.run_tools(&calls, cancel).await;
+        let these: Vec<(String, Value)> = calls
+            .into_iter()
+            .map(|(_, name, arguments)| (name, arguments))
+            .collect();
+        if self.tool_calls == ToolCallMode::Text && self.previous_calls.as_ref() == Some(&these) {
+            text_calls::note_repeated(&mut results);
+        }
+        self.previous_calls = Some(these);
         if let Err(e) = self
             .append(Message::new(Role::User, results))
             .and_then(|()| self.validator.check_complete())
@@ -942,11 +960,14 @@ impl Agent {
         }
         let tools = &self.request.tools;
         let mut found = text_calls::find(&text, &|name| tools.iter().any(|t| t.name == name));
-        for call in found.calls.iter_mut().filter(|c| c.untyped) {
-            if let Some(spec) = tools.iter().find(|t| t.name == call.name) {
-                text_calls::type_by_schema(&mut call.arguments, &spec.input_schema);
-            }
-        }
+        let dropped: Vec<Vec<String>> = found
+            .calls
+            .iter_mut()
+            .map(|call| match tools.iter().find(|t| t.name == call.name) {
+                Some(spec) => text_calls::fit_to_schema(call, &spec.input_schema),
+                None => Vec::new(),
+            })
+            .collect();
         if found.calls.is_empty() {
             return;
         }
@@ -971,20 +992,22 @@ impl Agent {
             return;
         }
         let position = self.request.messages.len();
-        for (n, call) in found.calls.into_iter().enumerate() {
+        for (n, (call, dropped)) in found.calls.into_iter().zip(dropped).enumerate() {
             tracing::info!(
                 tool = %call.name,
                 format = call.format.name(),
                 "a tool call written as text was recovered"
             );
+            let mut data = serde_json::json!({ "recovered_from": call.format.name() });
+            if !dropped.is_empty() {
+                // Said in the transcript: the call that ran is not exactly the one written.
+                data["dropped_schema_keys"] = serde_json::json!(dropped);
+            }
             message.content.push(ContentBlock::ToolCall {
                 id: format!("anvil_text_{position}_{}", n + 1),
                 name: call.name,
                 arguments: call.arguments,
-                meta: Some(ProviderMeta::new(
-                    text_calls::RECOVERED_META,
-                    serde_json::json!({ "recovered_from": call.format.name() }),
-                )),
+                meta: Some(ProviderMeta::new(text_calls::RECOVERED_META, data)),
             });
         }
     }

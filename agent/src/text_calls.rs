@@ -30,6 +30,55 @@ pub const RECOVERED_META: &str = "anvil";
 /// file:"), in characters.
 pub const AUTO_PREAMBLE_CHARS: usize = 200;
 
+/// What the system prompt says, under `tool_calls = "text"`, about making a call: one form
+/// (the `<tool_call>` tags chat templates of Qwen and Hermes models train on), one call per
+/// answer, and the result arriving in the next message — small models otherwise write the
+/// tool's schema, name a file as the tool, or narrate the call in prose.
+pub const INSTRUCTIONS: &str = "\
+# Making tool calls
+Call a tool by writing the call, and nothing else, in this form:
+
+<tool_call>
+{\"name\": \"read_file\", \"arguments\": {\"file_path\": \"src/main.py\"}}
+</tool_call>
+
+- `name` is one of the tools you were given, exactly as spelled; `arguments` holds that tool's
+  parameters with their values (not their descriptions).
+- Write one call, then stop: its result comes back in the next message.
+- When the task is done, answer in plain text, without a call.
+";
+
+/// `system` with [`INSTRUCTIONS`] appended when `mode` is `text` (only then: under `native`
+/// the provider's own tool-calling is what the model is told to use, and `auto` is for models
+/// that mostly use it).
+pub fn system_prompt(system: Option<&str>, mode: ToolCallMode) -> Option<String> {
+    match mode {
+        ToolCallMode::Native | ToolCallMode::Auto => system.map(str::to_owned),
+        ToolCallMode::Text => Some(match system {
+            Some(s) if !s.trim().is_empty() => format!("{}\n\n{INSTRUCTIONS}", s.trim_end()),
+            _ => INSTRUCTIONS.to_owned(),
+        }),
+    }
+}
+
+/// What a tool result says, under `tool_calls = "text"`, when the step's calls are exactly the
+/// previous step's: small models often repeat a call that already did its work (or failed
+/// the same way) until the step limit, instead of answering.
+pub const REPEATED_NOTE: &str = "[anvil] You made exactly this call in your previous step. Do \
+not repeat it: if the task is done, answer in plain text without a call; otherwise make a \
+different call.";
+
+/// Appends [`REPEATED_NOTE`] to each tool result of a step (the call still ran: the note
+/// informs, it never stands in for a result).
+pub fn note_repeated(results: &mut [anvil_llm::ContentBlock]) {
+    for block in results {
+        if let anvil_llm::ContentBlock::ToolResult { content, .. } = block {
+            content.push_str("\n\n");
+            content.push_str(REPEATED_NOTE);
+        }
+    }
+}
+
 /// How a call was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TextCallFormat {
@@ -444,6 +493,51 @@ pub fn type_by_schema(arguments: &mut Value, schema: &Value) {
     }
 }
 
+/// JSON Schema's own words. A small model shown a tool's schema often copies some of them
+/// into its arguments (`{"file_path": "a.txt", "content": "hi", "required": [...]}`).
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "$schema",
+    "additionalProperties",
+    "description",
+    "properties",
+    "required",
+    "title",
+    "type",
+];
+
+/// Fits a recovered call's arguments to the tool's `schema`: typed by it when they came from
+/// parameter tags ([`type_by_schema`]), and without the top-level keys that are JSON Schema
+/// keywords the tool has no parameter for — copied from the schema, never meant as arguments.
+/// Returns the keys dropped. Only a schema that lists its `properties` and refuses any other
+/// (`additionalProperties: false`, as every native tool's does) has keys dropped: there a key
+/// it does not list could only make the call fail, while a schema that takes other keys (an
+/// MCP tool's, say) may mean them. Any other unknown key stays, for the schema check to refuse:
+/// a misspelt parameter must not silently become a different call.
+pub fn fit_to_schema(call: &mut TextCall, schema: &Value) -> Vec<String> {
+    if call.untyped {
+        type_by_schema(&mut call.arguments, schema);
+    }
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
+        return Vec::new();
+    }
+    let Some(args) = call.arguments.as_object_mut() else {
+        return Vec::new();
+    };
+    let leaked: Vec<String> = args
+        .keys()
+        .filter(|k| SCHEMA_KEYWORDS.contains(&k.as_str()))
+        .filter(|k| !properties.contains_key(k.as_str()))
+        .cloned()
+        .collect();
+    for key in &leaked {
+        args.remove(key);
+    }
+    leaked
+}
+
 /// The offered calls in a JSON text: one call object or an array of them.
 fn json_calls(body: &str, format: TextCallFormat, offered: &dyn Fn(&str) -> bool) -> Vec<TextCall> {
     match serde_json::from_str::<Value>(body.trim()) {
@@ -512,6 +606,72 @@ fn call(value: &Value, format: TextCallFormat, offered: &dyn Fn(&str) -> bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_schema_keywords_the_tool_has_no_parameter_for_are_dropped() {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"title": {"type": "string"}, "count": {"type": "integer"}},
+            "required": ["title"],
+            "additionalProperties": false,
+        });
+        let mut call = TextCall {
+            name: "t".into(),
+            arguments: serde_json::json!({
+                "title": "kept: a parameter of this tool",
+                "count": "3",
+                "required": ["title"],
+                "type": "object",
+                "titel": "kept: for the schema check to refuse",
+            }),
+            format: TextCallFormat::Fenced,
+            untyped: true,
+        };
+        let mut dropped = fit_to_schema(&mut call, &schema);
+        dropped.sort();
+        assert_eq!(dropped, ["required", "type"]);
+        assert_eq!(
+            call.arguments,
+            serde_json::json!({
+                "title": "kept: a parameter of this tool",
+                "count": 3,
+                "titel": "kept: for the schema check to refuse",
+            })
+        );
+        // Arguments that are not an object are left to the schema check.
+        call.arguments = serde_json::json!("required");
+        assert!(fit_to_schema(&mut call, &schema).is_empty());
+        // A schema that takes other keys, or names none (`$ref`, `allOf`), may mean them.
+        for open in [
+            serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            serde_json::json!({"allOf": [{"$ref": "#/$defs/args"}], "additionalProperties": false}),
+        ] {
+            call.arguments = serde_json::json!({"q": "x", "type": "issue", "title": "t"});
+            assert!(fit_to_schema(&mut call, &open).is_empty(), "{open}");
+            assert_eq!(call.arguments.as_object().unwrap().len(), 3);
+        }
+    }
+
+    #[test]
+    fn text_mode_instructions_stand_alone_without_a_system_prompt() {
+        assert_eq!(system_prompt(None, ToolCallMode::Native), None);
+        assert_eq!(system_prompt(None, ToolCallMode::Auto), None);
+        assert_eq!(
+            system_prompt(None, ToolCallMode::Text).as_deref(),
+            Some(INSTRUCTIONS)
+        );
+        assert_eq!(
+            system_prompt(Some(" \n"), ToolCallMode::Text).as_deref(),
+            Some(INSTRUCTIONS)
+        );
+        // The example in the instructions is itself a call `find` recognises.
+        let found = find(INSTRUCTIONS, &|name| name == "read_file");
+        assert_eq!(found.calls.len(), 1);
+        assert_eq!(
+            found.calls[0].arguments,
+            serde_json::json!({"file_path": "src/main.py"})
+        );
+    }
     use serde_json::json;
 
     fn offered(name: &str) -> bool {

@@ -278,3 +278,215 @@ async fn parameter_tags_write_json_text_as_text_and_type_only_what_the_schema_ty
     let written = std::fs::read_to_string(run.dir.path().join("package.json")).unwrap();
     assert_eq!(written, "{\"name\": \"demo\"}");
 }
+
+#[tokio::test]
+async fn under_text_the_system_prompt_says_how_to_write_a_call_and_only_then() {
+    use anvil_agent::text_calls::INSTRUCTIONS;
+    for (mode, expected) in [
+        (ToolCallMode::Native, "base\n".to_owned()),
+        (ToolCallMode::Auto, "base\n".to_owned()),
+        (ToolCallMode::Text, format!("base\n\n{INSTRUCTIONS}")),
+    ] {
+        let provider = Arc::new(ScriptedProvider::new(vec![
+            script::text("one"),
+            script::text("two"),
+        ]));
+        let (sink, _events) = EventSink::channel(64);
+        let mut agent = Agent::new(
+            provider.clone(),
+            Arc::new(ToolRegistry::new()),
+            AgentConfig {
+                model: "qwen".into(),
+                system: Some("base\n".into()),
+                tool_calls: mode,
+                ..AgentConfig::default()
+            },
+            tempfile::tempdir().unwrap().path(),
+            sink,
+        );
+        agent
+            .run_turn(vec![ContentBlock::text("hi")], CancellationToken::new())
+            .await;
+        let system = provider.requests()[0].system.clone();
+        assert_eq!(system.as_deref(), Some(expected.as_str()), "{mode:?}");
+        // Switching models switches the instructions with them (the REPL's /model).
+        let other = if mode == ToolCallMode::Text {
+            ToolCallMode::Native
+        } else {
+            ToolCallMode::Text
+        };
+        agent.set_tool_calls(other);
+        agent
+            .run_turn(vec![ContentBlock::text("again")], CancellationToken::new())
+            .await;
+        let system = provider.requests()[1].system.clone().unwrap();
+        assert_eq!(
+            system.contains("# Making tool calls"),
+            other == ToolCallMode::Text,
+            "{mode:?} → {other:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_schema_keyword_copied_into_the_arguments_is_dropped_and_the_transcript_says_so() {
+    let text = recorded("call-qwen-fenced-write-file-schema-keyword.txt");
+    let run = turn(
+        ToolCallMode::Text,
+        vec![script::text(&text), script::text("Done.")],
+    )
+    .await;
+    assert_eq!(run.outcome, TurnOutcome::Done);
+    let written = std::fs::read_to_string(run.dir.path().join("hello.txt")).unwrap();
+    assert_eq!(written, "hello");
+    let call = run.agent.messages()[1]
+        .content
+        .iter()
+        .find_map(|b| match b {
+            ContentBlock::ToolCall {
+                arguments, meta, ..
+            } => Some((arguments.clone(), meta.clone().unwrap())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        call.0,
+        serde_json::json!({"file_path": "./hello.txt", "content": "hello"})
+    );
+    assert_eq!(
+        call.1.data,
+        serde_json::json!({"recovered_from": "fenced_json", "dropped_schema_keys": ["required"]})
+    );
+}
+
+#[tokio::test]
+async fn a_misspelt_parameter_is_kept_for_the_schema_check_to_refuse() {
+    // Only JSON Schema's own words are dropped: `contents` for `content` must not become a
+    // write of nothing, nor `replace_al` an edit of the first match only.
+    let text = "```json\n{\"name\": \"write_file\", \"arguments\": {\"file_path\": \"a.txt\", \"content\": \"x\", \"contents\": \"y\"}}\n```";
+    let run = turn(
+        ToolCallMode::Text,
+        vec![script::text(text), script::text("Done.")],
+    )
+    .await;
+    assert!(!run.dir.path().join("a.txt").exists());
+    match &run.agent.messages()[2].content[0] {
+        ContentBlock::ToolResult {
+            is_error, content, ..
+        } => {
+            assert!(is_error);
+            assert!(format!("{content:?}").contains("contents"), "{content:?}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn the_instructions_example_is_a_valid_read_file_call() {
+    // The example the system prompt shows under `text` must be a call the real tool accepts.
+    let mut run = {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/main.py"), "print('hi')\n").unwrap();
+        let access = Arc::new(FileAccess::workspace(dir.path()).unwrap());
+        let mut tools = ToolRegistry::new();
+        tools.register(Arc::new(ReadFile::new(access))).unwrap();
+        let provider = Arc::new(ScriptedProvider::new(vec![
+            script::text(anvil_agent::text_calls::INSTRUCTIONS),
+            script::text("Done."),
+        ]));
+        let (sink, events) = EventSink::channel(1024);
+        let mut agent = Agent::new(
+            provider.clone(),
+            Arc::new(tools),
+            AgentConfig {
+                model: "qwen".into(),
+                max_steps: 5,
+                tool_calls: ToolCallMode::Text,
+                ..AgentConfig::default()
+            },
+            dir.path(),
+            sink,
+        );
+        let outcome = agent
+            .run_turn(
+                vec![ContentBlock::text("read it")],
+                CancellationToken::new(),
+            )
+            .await;
+        Run {
+            agent,
+            provider,
+            events,
+            outcome,
+            dir,
+        }
+    };
+    assert_eq!(run.outcome, TurnOutcome::Done);
+    match &run.agent.messages()[2].content[0] {
+        ContentBlock::ToolResult {
+            is_error, content, ..
+        } => {
+            assert!(!is_error, "{content:?}");
+            assert!(
+                format!("{content:?}").contains("print('hi')"),
+                "{content:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let _ = hints(&mut run.events);
+}
+
+#[tokio::test]
+async fn under_text_a_call_repeating_the_previous_steps_runs_and_its_result_says_so() {
+    let write = "```json\n{\"name\": \"write_file\", \"arguments\": {\"file_path\": \"hello.txt\", \"content\": \"hi\"}}\n```";
+    let other = "```json\n{\"name\": \"write_file\", \"arguments\": {\"file_path\": \"hello.txt\", \"content\": \"hi!\"}}\n```";
+    let results = |run: &Run| -> Vec<String> {
+        run.agent
+            .messages()
+            .iter()
+            .flat_map(|m| &m.content)
+            .filter_map(|b| match b {
+                ContentBlock::ToolResult { content, .. } => Some(content.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    use anvil_agent::text_calls::REPEATED_NOTE;
+    let run = turn(
+        ToolCallMode::Text,
+        vec![
+            script::text(write),
+            script::text(write),
+            script::text(other),
+            script::text("Done."),
+            // The next turn's.
+            script::text(write),
+            script::text("Done."),
+        ],
+    )
+    .await;
+    assert_eq!(run.outcome, TurnOutcome::Done);
+    let r = results(&run);
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert!(!r[0].contains(REPEATED_NOTE), "{r:?}");
+    assert!(
+        r[1].ends_with(REPEATED_NOTE),
+        "the repeat ran and says so: {r:?}"
+    );
+    assert!(r[1].starts_with("Overwrote"), "{r:?}");
+    assert!(!r[2].contains(REPEATED_NOTE), "other arguments: {r:?}");
+    assert_eq!(
+        std::fs::read_to_string(run.dir.path().join("hello.txt")).unwrap(),
+        "hi!"
+    );
+
+    // A new turn starts afresh: its first call is never "repeated".
+    let mut run = run;
+    run.agent
+        .run_turn(vec![ContentBlock::text("again")], CancellationToken::new())
+        .await;
+    let r = results(&run);
+    assert!(!r.last().unwrap().contains(REPEATED_NOTE), "{r:?}");
+}

@@ -396,10 +396,25 @@ fn block_line(out: &mut impl Write, role: Role, block: &ContentBlock) -> std::io
                 meta.as_ref(),
                 anvil_agent::text_calls::RECOVERED_META,
             )
-            .and_then(|d| d["recovered_from"].as_str())
-            .map_or(String::new(), |from| {
-                format!("  (recovered from text: {})", visible(from))
-            });
+            .and_then(|d| {
+                let from = d["recovered_from"].as_str()?;
+                let dropped: Vec<&str> = d["dropped_schema_keys"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(serde_json::Value::as_str)
+                    .collect();
+                Some(if dropped.is_empty() {
+                    format!("  (recovered from text: {})", visible(from))
+                } else {
+                    format!(
+                        "  (recovered from text: {}; dropped {})",
+                        visible(from),
+                        visible(&dropped.join(", "))
+                    )
+                })
+            })
+            .unwrap_or_default();
             writeln!(
                 out,
                 "⏺ {}({}){recovered}",
