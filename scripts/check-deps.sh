@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The dependency direction between anvil's crates is a hard rule (DESIGN.md):
+# The dependency direction between anvil's crates is a hard rule (docs/ARCHITECTURE.md):
 #   llm <- agent <- grader <- runner <- evals, and report <- runner/evals.
 # For each workspace crate, list the workspace crates it may depend on (normal dependencies),
 # and fail naming any edge that breaks the rule. anvil-test-support is dev-only: any crate may

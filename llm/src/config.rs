@@ -6,7 +6,7 @@
 //! - the **project** config, `<workspace>/.anvil/config.toml`, which arrives with a repository
 //!   and may have been written by anyone.
 //!
-//! Keys split by what they can do (build guide 06.B):
+//! Keys split by what they can do:
 //! - *instruction* keys (`default_model`, `[models.*]` but their `pricing`) only choose among
 //!   what is already configured; a project's value wins over the user's;
 //! - *trusted runtime* keys decide where credentials are sent (`[providers.*]`: endpoints and
@@ -546,6 +546,11 @@ const BUILT_IN_CREDENTIALS: [(&str, Protocol); 3] = [
     ("GEMINI_API_KEY", Protocol::Gemini),
 ];
 
+/// The built-in provider and model alias for the server `scripts/local-model.sh` starts.
+pub const LOCAL_MODEL: &str = "local";
+/// Where `scripts/local-model.sh` serves by default (its `--port`).
+pub const LOCAL_MODEL_URL: &str = "http://127.0.0.1:18081/v1";
+
 impl Config {
     /// anvil's built-in providers and aliases: what works with no config file at all.
     pub fn built_in() -> Self {
@@ -593,6 +598,17 @@ impl Config {
                     Some("http://localhost:11434/v1"),
                 ),
             ),
+            (
+                // The server `scripts/local-model.sh` starts: one slot on a CPU, where a long
+                // prompt's prefill is silent for minutes and generation takes a while.
+                LOCAL_MODEL,
+                ProviderConfig {
+                    max_concurrency: Some(1),
+                    idle_timeout_secs: Some(600),
+                    request_deadline_secs: Some(1800),
+                    ..provider(Protocol::OpenaiChat, None, Some(LOCAL_MODEL_URL))
+                },
+            ),
         ] {
             c.providers.insert(name.into(), p);
             c.sources
@@ -632,6 +648,26 @@ impl Config {
                     16_000,
                     anthropic_pricing(1.0, 5.0),
                 ),
+            ),
+            (
+                // Qwen2.5-Coder-0.5B as `scripts/local-model.sh` serves it: its context, its
+                // habit of writing tool calls as text, and no price (it runs on your machine).
+                LOCAL_MODEL,
+                ModelConfig {
+                    tool_calls: Some(ToolCallMode::Text),
+                    ..model(
+                        LOCAL_MODEL,
+                        LOCAL_MODEL,
+                        8192,
+                        1024,
+                        Pricing {
+                            input: 0.0,
+                            output: 0.0,
+                            cache_read: 0.0,
+                            cache_write: 0.0,
+                        },
+                    )
+                },
             ),
         ] {
             c.models.insert(alias.into(), m);
@@ -959,6 +995,47 @@ fn canonical(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The built-in `local` is the server `scripts/local-model.sh` starts by default: the same
+    /// port and context, no key, and the script's `--write-config` block says the same.
+    #[test]
+    fn the_built_in_local_model_is_what_the_local_model_script_serves() {
+        let script = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/local-model.sh"),
+        )
+        .unwrap();
+        let c = Config::built_in();
+        let p = &c.providers[LOCAL_MODEL];
+        let m = &c.models[LOCAL_MODEL];
+        let port = LOCAL_MODEL_URL
+            .trim_start_matches("http://127.0.0.1:")
+            .trim_end_matches("/v1");
+        assert!(script.contains(&format!("\nport={port}\n")), "{script}");
+        let ctx = m.context_window.unwrap();
+        assert!(script.contains(&format!("\nctx={ctx}\n")), "{script}");
+        assert_eq!(p.kind, Protocol::OpenaiChat);
+        assert_eq!(p.base_url.as_deref(), Some(LOCAL_MODEL_URL));
+        assert_eq!(p.api_key_env, None);
+        assert_eq!(p.max_concurrency, Some(1));
+        assert_eq!(m.tool_calls, Some(ToolCallMode::Text));
+        assert_eq!(
+            m.model, LOCAL_MODEL,
+            "the script serves its model under this alias"
+        );
+        assert!(script.contains(&format!("model_alias = {{\"{LOCAL_MODEL}\"}}")));
+        assert!(script.contains(&format!(
+            "max_output_tokens = {}",
+            m.max_output_tokens.unwrap()
+        )));
+        assert!(script.contains(&format!(
+            "idle_timeout_secs = {}",
+            p.idle_timeout_secs.unwrap()
+        )));
+        assert!(script.contains(&format!(
+            "request_deadline_secs = {}",
+            p.request_deadline_secs.unwrap()
+        )));
+    }
 
     const EXAMPLE: &str = r#"
 default_model = "sonnet"

@@ -71,7 +71,8 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
-    /// Only a committed response may have its tool calls executed (build guide 03.B).
+    /// Only a committed response may have its tool calls executed: one cut off mid-stream
+    /// may hold half-written arguments.
     pub fn is_committed(&self) -> bool {
         match self {
             FinishReason::EndTurn | FinishReason::ToolUse => true,

@@ -1,5 +1,5 @@
-//! The agent loop against a ScriptedProvider: the five loop tests of build guide 8.2, parallel
-//! batches (8.3), and the boundary cases of 08.B.
+//! The agent loop against a ScriptedProvider: tool round trips, unknown tools, max_steps,
+//! cancellation, parallel read-only batches and the loop's boundary cases.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report
 

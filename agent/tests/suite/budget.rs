@@ -1,4 +1,4 @@
-//! The hard budget (build guide 18.3, 17.B): every model request is admitted against it before
+//! The hard budget (`--max-cost-usd`): every model request is admitted against it before
 //! it is sent, a request cut off is charged an estimate (never a known 0), and a model without
 //! pricing is never admitted under one.
 

@@ -1,4 +1,4 @@
-//! Golden transcripts (build guide 19.1): whole scenarios run through the full agent — the real
+//! Golden transcripts: whole scenarios run through the full agent — the real
 //! coding toolset (read_file, write_file, edit_file, glob, grep, bash under the real sandbox),
 //! permissions, a session file — in a temp workspace, with a ScriptedProvider in place of the
 //! model. Each snapshot is **what the model saw**: every request the provider received, rendered

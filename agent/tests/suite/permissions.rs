@@ -1,5 +1,5 @@
-//! Permissions: rule parsing, bash lines judged through the shell grammar, the decision order of
-//! build guide 11.1 / 11.B, and the approval round trip in the agent loop (denied calls never
+//! Permissions: rule parsing, bash lines judged through the shell grammar, the decision order
+//! (README: Permissions), and the approval round trip in the agent loop (denied calls never
 //! run). The `issue_13_*` tests pin the bypasses an adversarial review found.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failure report

@@ -1,4 +1,4 @@
-//! The agent's spans (build guide 18.1, 18.B): a turn with one tool call makes
+//! The agent's spans: a turn with one tool call makes
 //! invoke_agent > step > chat / execute_tool, named and attributed after the OpenTelemetry
 //! GenAI conventions, with total input tokens (cached included) in the standard field, time to
 //! first token on the request, and no prompt or tool content anywhere.

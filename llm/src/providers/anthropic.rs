@@ -219,7 +219,8 @@ enum OpenBlock {
     Other,
 }
 
-/// The Anthropic stream state machine (see the event table in `spec/tables.md`).
+/// The Anthropic stream state machine: `message_start`, then content blocks opened, filled by
+/// deltas and closed, then `message_delta` (stop reason, usage) and `message_stop`.
 #[derive(Debug, Default)]
 pub struct AnthropicStreamState {
     open: HashMap<u32, OpenBlock>,

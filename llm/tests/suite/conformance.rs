@@ -1,4 +1,4 @@
-//! The conformance suite (build guide 6.3): five scenarios every adapter must pass, judged on
+//! The conformance suite: five scenarios every adapter must pass, judged on
 //! canonical output only.
 //!
 //! In every test run, the scenarios run over HTTP against the shared scripted server
@@ -20,7 +20,7 @@
 //!   `gemini-2.5-flash`).
 //! - A local server by base URL, through the OpenAI Chat, OpenAI Responses and Anthropic wire
 //!   formats:
-//!   `ANVIL_CONFORMANCE_BASE_URL=http://127.0.0.1:18081` and `ANVIL_CONFORMANCE_MODEL=qwen`
+//!   `ANVIL_CONFORMANCE_BASE_URL=http://127.0.0.1:18081` and `ANVIL_CONFORMANCE_MODEL=local` (`scripts/local-model.sh` starts one)
 //!   (llama.cpp's server speaks both).
 //!
 //! A target whose environment is not set is skipped with a message saying what to set.
@@ -308,7 +308,7 @@ fn local() -> Option<(String, String, Option<String>)> {
         env("ANVIL_CONFORMANCE_BASE_URL")?
             .trim_end_matches('/')
             .to_string(),
-        env("ANVIL_CONFORMANCE_MODEL").unwrap_or_else(|| "qwen".into()),
+        env("ANVIL_CONFORMANCE_MODEL").unwrap_or_else(|| "local".into()),
         env("ANVIL_CONFORMANCE_API_KEY"),
     ))
 }

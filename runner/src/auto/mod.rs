@@ -1,7 +1,6 @@
 //! `anvil auto`: a spec turned into working software across many agent sessions, each a job
 //! on the same queue as eval trials, where **the harness owns the truth** — the model never
 //! decides that a feature passes, that the run is done, or what lands on the run branch.
-//! (Issue 16; the build guide's 20.1 and 20.B.)
 //!
 //! This module doc is the design of the whole feature; the parts marked *(built)* exist, the
 //! others are what remains, in the order they are best built.

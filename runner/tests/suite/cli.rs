@@ -502,7 +502,8 @@ async fn configuration_errors_exit_6_and_say_what_to_do() {
         .unwrap();
     assert_eq!(out.status.code(), Some(6));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("available aliases: haiku, sonnet, test")
+        String::from_utf8_lossy(&out.stderr)
+            .contains("available aliases: haiku, local, sonnet, test")
     );
     let out = m.command().args(["--bogus"]).output().unwrap();
     assert_eq!(out.status.code(), Some(64));
