@@ -35,7 +35,24 @@ struct Run {
 /// answering with
 /// `responses` in order.
 async fn turn(mode: ToolCallMode, responses: Vec<Vec<anvil_llm::StreamEvent>>) -> Run {
+    turn_in(
+        mode,
+        responses,
+        |_| {},
+        "Create a file hello.txt containing hi",
+    )
+    .await
+}
+
+/// [`turn`] with `prompt`, in a workspace `prepare` fills first.
+async fn turn_in(
+    mode: ToolCallMode,
+    responses: Vec<Vec<anvil_llm::StreamEvent>>,
+    prepare: impl FnOnce(&Path),
+    prompt: &str,
+) -> Run {
     let dir = tempfile::tempdir().unwrap();
+    prepare(dir.path());
     let access = Arc::new(FileAccess::workspace(dir.path()).unwrap());
     let mut tools = ToolRegistry::new();
     tools
@@ -60,10 +77,7 @@ async fn turn(mode: ToolCallMode, responses: Vec<Vec<anvil_llm::StreamEvent>>) -
         sink,
     );
     let outcome = agent
-        .run_turn(
-            vec![ContentBlock::text("Create a file hello.txt containing hi")],
-            CancellationToken::new(),
-        )
+        .run_turn(vec![ContentBlock::text(prompt)], CancellationToken::new())
         .await;
     Run {
         agent,
@@ -384,44 +398,19 @@ async fn a_misspelt_parameter_is_kept_for_the_schema_check_to_refuse() {
 #[tokio::test]
 async fn the_instructions_example_is_a_valid_read_file_call() {
     // The example the system prompt shows under `text` must be a call the real tool accepts.
-    let mut run = {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("src")).unwrap();
-        std::fs::write(dir.path().join("src/main.py"), "print('hi')\n").unwrap();
-        let access = Arc::new(FileAccess::workspace(dir.path()).unwrap());
-        let mut tools = ToolRegistry::new();
-        tools.register(Arc::new(ReadFile::new(access))).unwrap();
-        let provider = Arc::new(ScriptedProvider::new(vec![
+    let mut run = turn_in(
+        ToolCallMode::Text,
+        vec![
             script::text(anvil_agent::text_calls::INSTRUCTIONS),
             script::text("Done."),
-        ]));
-        let (sink, events) = EventSink::channel(1024);
-        let mut agent = Agent::new(
-            provider.clone(),
-            Arc::new(tools),
-            AgentConfig {
-                model: "qwen".into(),
-                max_steps: 5,
-                tool_calls: ToolCallMode::Text,
-                ..AgentConfig::default()
-            },
-            dir.path(),
-            sink,
-        );
-        let outcome = agent
-            .run_turn(
-                vec![ContentBlock::text("read it")],
-                CancellationToken::new(),
-            )
-            .await;
-        Run {
-            agent,
-            provider,
-            events,
-            outcome,
-            dir,
-        }
-    };
+        ],
+        |dir| {
+            std::fs::create_dir_all(dir.join("src")).unwrap();
+            std::fs::write(dir.join("src/main.py"), "print('hi')\n").unwrap();
+        },
+        "read it",
+    )
+    .await;
     assert_eq!(run.outcome, TurnOutcome::Done);
     match &run.agent.messages()[2].content[0] {
         ContentBlock::ToolResult {
