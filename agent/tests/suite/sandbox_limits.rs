@@ -180,11 +180,21 @@ async fn the_private_tmp_cannot_fill_the_host_s_memory() {
 
 /// Memory that no address-space limit sees — a memfd, /dev/shm, a masked directory's tmpfs,
 /// several processes together — is bounded by the command's memory cgroup. Needs a memory
-/// cgroup (root here and in CI).
+/// cgroup: root has one (here and in CI, where a missing one fails this test); an ordinary
+/// user has one only where systemd delegates it, and without it the README promises only the
+/// address-space limit, which the tests above hold.
 #[tokio::test]
 async fn memory_outside_the_address_space_limit_is_bounded_too() {
     if limits::memory_cgroup_parent().is_none() {
-        panic!("no memory cgroup can be made here: the memory limit covers only address space");
+        assert!(
+            !nix::unistd::geteuid().is_root(),
+            "no memory cgroup can be made here, as root: the memory limit covers only address space"
+        );
+        eprintln!(
+            "memory_outside_the_address_space_limit_is_bounded_too: not run — this user has no \
+             delegated memory cgroup, so only the address-space limit applies (README: The sandbox)"
+        );
+        return;
     }
     let ws = workspace();
     // Only memory binds here: files and /tmp may be as large as they like.
