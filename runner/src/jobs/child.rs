@@ -122,18 +122,12 @@ pub enum ChildError {
     /// The provider refused the trial itself — a key it does not accept, an account without
     /// credit, a model id it does not know ([`refused_by_provider`]): the configuration's
     /// failure, never the model's.
-    #[error(
-        "the provider refused the request (HTTP {status}): {error} — check model {model}'s \
-         provider '{provider}' at {base_url}{key}"
-    )]
+    #[error("the provider refused the request (HTTP {status}): {error} — check {check}")]
     ProviderRefused {
         status: u16,
         error: String,
-        model: String,
-        provider: String,
-        base_url: String,
-        /// `, its key in $VAR` when the provider takes one.
-        key: String,
+        /// What to check: the model, its provider and URL, and the key's variable.
+        check: String,
     },
     #[error("the agent exited {code} after a turn that ended {outcome}: {error}")]
     UnexpectedExit {
@@ -279,16 +273,17 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
         }
         exit::FAILED if refused_by_provider(&result) => {
             let provider = &spec.model.provider;
+            let key = provider
+                .api_key_env
+                .as_ref()
+                .map_or(String::new(), |var| format!(", its key in ${var}"));
             return Err(ChildError::ProviderRefused {
                 status: result.http_status.unwrap_or_default(),
                 error: result.error.unwrap_or_default(),
-                model: spec.model.name.clone(),
-                provider: provider.name.clone(),
-                base_url: provider.base_url.clone(),
-                key: provider
-                    .api_key_env
-                    .as_ref()
-                    .map_or(String::new(), |var| format!(", its key in ${var}")),
+                check: format!(
+                    "model {}'s provider '{}' at {}{key}",
+                    spec.model.name, provider.name, provider.base_url
+                ),
             });
         }
         exit::FAILED if result.retryable == Some(true) => {
