@@ -798,14 +798,18 @@ impl Agent {
             return Step::Finished(TurnOutcome::Done);
         }
         let mut results = self.run_tools(&calls, cancel).await;
-        let these: Vec<(String, Value)> = calls
-            .into_iter()
-            .map(|(_, name, arguments)| (name, arguments))
-            .collect();
-        if self.tool_calls == ToolCallMode::Text && self.previous_calls.as_ref() == Some(&these) {
+        // Only under `text` (kept nowhere else: a native turn pays nothing for it).
+        let these: Option<Vec<(String, Value)>> =
+            (self.tool_calls == ToolCallMode::Text).then(|| {
+                calls
+                    .into_iter()
+                    .map(|(_, name, arguments)| (name, arguments))
+                    .collect()
+            });
+        if these.is_some() && self.previous_calls == these {
             text_calls::note_repeated(&mut results);
         }
-        self.previous_calls = Some(these);
+        self.previous_calls = these;
         if let Err(e) = self
             .append(Message::new(Role::User, results))
             .and_then(|()| self.validator.check_complete())
