@@ -57,9 +57,12 @@ async fn bash(ws: &std::path::Path, limits: Limits, command: &str, timeout_ms: u
     }
 }
 
+/// Small limits, with no process bound: as an ordinary user without a pids cgroup that bound
+/// is `RLIMIT_NPROC`, which counts every process of the uid — the fork bomb running in
+/// parallel included — so a test about files or memory would fail to start its sandbox.
 fn small() -> Limits {
     Limits {
-        processes: Some(64),
+        processes: None,
         memory_bytes: Some(1 << 30),
         file_size_bytes: Some(1 << 20),
         open_files: Some(64),
@@ -70,6 +73,10 @@ fn small() -> Limits {
 
 #[tokio::test]
 async fn a_fork_bomb_ends_at_the_process_limit_and_the_host_stays_responsive() {
+    let bounded = Limits {
+        processes: Some(64),
+        ..small()
+    };
     let ws = workspace();
     let root = nix::unistd::geteuid().is_root();
     if root && limits::pids_cgroup_parent().is_none() {
@@ -82,7 +89,7 @@ async fn a_fork_bomb_ends_at_the_process_limit_and_the_host_stays_responsive() {
     let started = Instant::now();
     let out = bash(
         ws.path(),
-        small(),
+        bounded,
         "bomb() { bomb | bomb & }; bomb; sleep 3; echo BOMB-DONE",
         8_000,
     )
@@ -102,7 +109,7 @@ async fn a_fork_bomb_ends_at_the_process_limit_and_the_host_stays_responsive() {
     // The command's cgroup is removed once it has ended.
     if root {
         let (spec, guard) = Sandbox::new(OFF, ws.path())
-            .with_limits(small())
+            .with_limits(bounded)
             .wrap(
                 ProcessSpec::new("/bin/sh", ws.path())
                     .args(["-c", "bomb() { bomb | bomb & }; bomb; sleep 2"])
