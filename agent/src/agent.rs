@@ -515,9 +515,11 @@ impl Agent {
     }
 
     /// After a request: a response that failed, or was cancelled before it began, settles its
-    /// reservation with its input part as an estimate, never a known 0; a response's usage
-    /// settles it in [`Agent::commit_usage`], a cancelled one's in
-    /// [`Agent::commit_partial_usage`].
+    /// reservation with its input part as an estimate, never a known 0 — except a request the
+    /// provider answered with an error status (a refused key, no credit, a rate limit, a 5xx):
+    /// the provider did no work and bills none, so its estimate is 0 (still marked an
+    /// estimate). A response's usage settles it in [`Agent::commit_usage`], a cancelled one's
+    /// in [`Agent::commit_partial_usage`].
     fn settle(
         &mut self,
         chat: &tracing::Span,
@@ -536,8 +538,12 @@ impl Agent {
             return;
         }
         if let Some(r) = reservation {
-            self.commit_or_note(Record::CostEstimated { usd: r.input_usd });
-            chat.record("anvil.cost_usd", r.input_usd);
+            let usd = match sampled {
+                Err(LlmError::Http { .. }) => 0.0,
+                _ => r.input_usd,
+            };
+            self.commit_or_note(Record::CostEstimated { usd });
+            chat.record("anvil.cost_usd", usd);
             chat.record("anvil.cost.accounting", "estimated");
         }
     }
@@ -664,6 +670,7 @@ impl Agent {
                 error: format!("the session could not be written, so the turn stopped: {e}"),
                 retryable: false,
                 http_status: None,
+                account_refused: false,
             };
         }
         span.record("anvil.outcome", outcome.name());
@@ -739,8 +746,12 @@ impl Agent {
                 return Step::Finished(TurnOutcome::Cancelled);
             }
             Err(e) => {
-                let (error, retryable, http_status) =
-                    (e.to_string(), e.is_retryable(), e.http_status());
+                let (error, retryable, http_status, account_refused) = (
+                    e.to_string(),
+                    e.is_retryable(),
+                    e.http_status(),
+                    e.is_account_refusal(),
+                );
                 self.events
                     .send(AgentEvent::StepFailed {
                         step,
@@ -752,6 +763,7 @@ impl Agent {
                     error,
                     retryable,
                     http_status,
+                    account_refused,
                 });
             }
         };
@@ -1354,5 +1366,6 @@ fn broken_transcript(e: TranscriptError) -> TurnOutcome {
         error: format!("the transcript is invalid, so no request was sent: {e}"),
         retryable: false,
         http_status: None,
+        account_refused: false,
     }
 }

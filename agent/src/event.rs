@@ -41,6 +41,10 @@ pub enum TurnOutcome {
         /// The provider's HTTP status, when a response's status ended the turn.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         http_status: Option<u16>,
+        /// The provider refused for the account — its key, its credit or quota
+        /// ([`anvil_llm::LlmError::is_account_refusal`]) — not for what the request said.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        account_refused: bool,
     },
 }
 
@@ -325,6 +329,7 @@ mod tests {
                 error: "HTTP 500".into(),
                 retryable: true,
                 http_status: None,
+                account_refused: false,
             },
         };
         assert_eq!(

@@ -72,8 +72,39 @@ impl LlmError {
         }
     }
 
+    /// Whether the provider refused because of the account, not because of what the request
+    /// said: a key it does not accept (401, or 407 at a proxy), payment required (402), or an
+    /// account out of credit or quota — OpenAI's 429 `insufficient_quota` (also inside a
+    /// Responses stream), Anthropic's 400 "Your credit balance is too low". No retry helps,
+    /// and nothing a model wrote can cause one: the quota signs are the provider's own error
+    /// type or code, or a message that *begins* with the provider's fixed wording (a 400 may
+    /// quote the request, so words anywhere else in a message prove nothing).
+    pub fn is_account_refusal(&self) -> bool {
+        match self {
+            LlmError::Http {
+                status: 401 | 402 | 407,
+                ..
+            } => true,
+            LlmError::Http {
+                status: 400 | 403 | 429,
+                body,
+                ..
+            } => serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| {
+                let field = |pointer: &str| v.pointer(pointer).and_then(|f| f.as_str());
+                field("/error/type") == Some(INSUFFICIENT_QUOTA)
+                    || field("/error/code") == Some(INSUFFICIENT_QUOTA)
+                    || field("/error/message").is_some_and(out_of_credit)
+            }),
+            LlmError::Api { kind, message } => kind == INSUFFICIENT_QUOTA || out_of_credit(message),
+            _ => false,
+        }
+    }
+
     /// Whether trying the same request again may succeed.
     pub fn is_retryable(&self) -> bool {
+        if self.is_account_refusal() {
+            return false;
+        }
         match self {
             LlmError::Http { status, .. } => {
                 matches!(status, 408 | 429) || (500..=599).contains(status)
@@ -112,6 +143,15 @@ impl LlmError {
     pub(crate) fn decode(what: impl std::fmt::Display) -> Self {
         LlmError::Decode(what.to_string())
     }
+}
+
+/// OpenAI's error type and code for an account without quota or credit (HTTP 429).
+const INSUFFICIENT_QUOTA: &str = "insufficient_quota";
+
+/// Whether a provider's error message is its out-of-credit refusal: Anthropic answers an
+/// empty balance with a 400 `invalid_request_error` whose message starts so.
+fn out_of_credit(message: &str) -> bool {
+    message.starts_with("Your credit balance is too low")
 }
 
 /// An error and its causes, outermost first ("error sending request: connection closed").
@@ -221,6 +261,55 @@ mod tests {
         assert!(api("rate_limit_error").is_retryable());
         assert!(!api("invalid_request_error").is_retryable());
         assert!(!LlmError::UnexpectedEof.is_retryable());
+    }
+
+    /// The bodies providers send for an account without credit or quota, as they send them.
+    #[test]
+    fn an_account_without_credit_or_quota_is_an_account_refusal_and_never_retried() {
+        let with_body = |status: u16, body: &str| LlmError::Http {
+            status,
+            body: body.into(),
+            retry_after: None,
+        };
+        let openai_quota = r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+        let openai_quota_no_code = r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":null}}"#;
+        let anthropic_credit = r#"{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."},"request_id":"req_011"}"#;
+        for e in [
+            with_body(429, openai_quota),
+            with_body(429, openai_quota_no_code),
+            with_body(400, anthropic_credit),
+            http(401),
+            http(402),
+            http(407),
+            LlmError::Api {
+                kind: "insufficient_quota".into(),
+                message: "You exceeded your current quota.".into(),
+            },
+        ] {
+            assert!(e.is_account_refusal(), "{e:?}");
+            assert!(!e.is_retryable(), "{e:?}");
+        }
+        // A rate limit, a request the conversation made invalid, and one whose message
+        // quotes the conversation (which a model could fill with the provider's words) are
+        // the request's, not the account's.
+        let rate_limit = r#"{"error":{"message":"Rate limit reached for requests","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+        let invalid = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.3: tool_use ids were found without tool_result blocks"}}"#;
+        let quoting = r#"{"type":"error","error":{"type":"invalid_request_error","message":"messages.1.content.0.text: invalid value 'Your credit balance is too low'"}}"#;
+        for e in [
+            with_body(429, rate_limit),
+            with_body(400, invalid),
+            with_body(400, quoting),
+            with_body(400, "Your credit balance is too low (not JSON)"),
+            http(403),
+            http(500),
+            LlmError::Api {
+                kind: "invalid_request_error".into(),
+                message: "a 'Your credit balance is too low' quote".into(),
+            },
+        ] {
+            assert!(!e.is_account_refusal(), "{e:?}");
+        }
+        assert!(with_body(429, rate_limit).is_retryable());
     }
 
     #[test]

@@ -159,6 +159,11 @@ pub struct HeadlessResult {
     /// error) from a run the model had (`jobs::child`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
+    /// The provider refused for the account — a key it does not accept, no credit, no quota —
+    /// not for what the request said (`failed` only): at any step, an infrastructure error of
+    /// an eval trial, never the model's fail.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub account_refused: bool,
     /// The provider's stop reason (`protocol_stopped`), or why the budget stopped the turn
     /// (`budget_exceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -279,6 +284,7 @@ mod tests {
             error: None,
             retryable: None,
             http_status: None,
+            account_refused: false,
             reason: None,
             session_unwritten: false,
             session_id: None,
@@ -298,6 +304,16 @@ mod tests {
             ..result()
         };
         insta::assert_json_snapshot!("headless_failed", failed);
+        let out_of_credit = HeadlessResult {
+            outcome: HeadlessOutcome::Failed,
+            error: Some("HTTP 429 from the provider: You exceeded your current quota".into()),
+            retryable: Some(false),
+            http_status: Some(429),
+            account_refused: true,
+            accounting: Accounting::Estimated,
+            ..result()
+        };
+        insta::assert_json_snapshot!("headless_account_refused", out_of_credit);
         insta::assert_json_snapshot!(
             "headless_setup_failure",
             HeadlessFailure {
@@ -340,6 +356,7 @@ mod tests {
                 error: Some("HTTP 401 from the provider: invalid x-api-key".into()),
                 retryable: Some(false),
                 http_status: Some(401),
+                account_refused: true,
                 ..result()
             },
         ] {

@@ -950,6 +950,72 @@ on_both_databases!(
     a_sweep_budget_admits_what_fits
 );
 
+/// An account that runs out of credit or quota in the middle of a trial — OpenAI's 429
+/// `insufficient_quota`, Anthropic's 400 "Your credit balance is too low" — ends the trial as
+/// the infrastructure's failure at whatever step it comes (the model did not fail; the sweep
+/// could not pay), and its record keeps what the steps before it cost. (It is retried while
+/// attempts remain, like every infrastructure error: another worker may hold another key.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_out_of_credit_mid_trial_is_an_infrastructure_error_with_its_cost() {
+    use anvil_llm::testing::anthropic_sse::{self, Usage};
+    use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |body| {
+        let turns = body["messages"].as_array().map_or(0, Vec::len);
+        if turns == 1 {
+            // Both models work a step first: a wrong answer, written.
+            return Answer::sse(anthropic_sse::tool_use(
+                "toolu_write_1",
+                "write_file",
+                &json!({"file_path": "answer.txt", "content": "41\n"}),
+                "tool_use",
+                Usage {
+                    input: 40,
+                    output: 9,
+                },
+            ));
+        }
+        match body["model"].as_str() {
+            Some("claude-good") => Answer::error(
+                429,
+                json!({"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}).to_string(),
+            ),
+            _ => Answer::error(
+                400,
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing to upgrade or purchase credits."}}).to_string(),
+            ),
+        }
+    })
+    .await;
+    let s = setup(&server, false, &["t1"]).await;
+    let mut args = s.run_args("broke");
+    args.extend(["--trials", "1", "--max-attempts", "1"].map(String::from));
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let recs = records(&s, "broke");
+    assert_eq!(recs.len(), 2, "{}", text(&out));
+    for r in &recs {
+        assert!(r["pass"].is_null(), "not graded: {r}");
+        let error = r["infra_error"].as_str().unwrap_or_else(|| panic!("{r}"));
+        let (status, words) = match r["model"].as_str() {
+            Some("good") => ("HTTP 429", "exceeded your current quota"),
+            _ => ("HTTP 400", "credit balance is too low"),
+        };
+        assert!(
+            error.contains(status) && error.contains(words) && error.contains("check model"),
+            "{error}"
+        );
+        if r["model"] == "good" {
+            let cost = r["cost_usd"].as_f64().unwrap_or_else(|| panic!("{r}"));
+            assert!(cost > 0.0, "the first step's cost is kept: {r}");
+            assert_eq!(r["accounting"], "estimated", "{r}");
+        } else {
+            assert!(r["cost_usd"].is_null(), "bad has no pricing: {r}");
+        }
+    }
+    // One request each went unanswered by a model: two steps were asked, no third.
+    assert_eq!(server.requests().len(), 4, "{}", text(&out));
+    s.cleanup().await;
+}
+
 /// A provider that refuses the trial itself — a key it does not accept (401), or a first
 /// request answered 400 as Gemini answers a bad key — ends the trial as the infrastructure's
 /// failure, never as a graded fail of the model: a sweep run with a bad key must not report a

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use anvil_agent::tools::calculator::Calculator;
 use anvil_agent::{Agent, AgentConfig, EventSink, ToolRegistry, TurnOutcome};
 use anvil_llm::config::Pricing;
-use anvil_llm::testing::{ScriptedProvider, script};
-use anvil_llm::{ContentBlock, StreamEvent, Tail, validate_transcript};
+use anvil_llm::testing::{Scripted, ScriptedProvider, script};
+use anvil_llm::{ContentBlock, LlmError, StreamEvent, Tail, validate_transcript};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -137,6 +137,34 @@ async fn a_failed_stream_is_charged_an_estimate_never_a_known_zero() {
     assert_eq!(cost.estimated, 1);
     assert!(cost.spent() > 0.0, "{cost:?}");
     assert_eq!(cost.known(), None);
+}
+
+#[tokio::test]
+async fn a_request_refused_with_an_error_status_costs_nothing() {
+    // The provider answered 402 before doing any work: it bills nothing, so the estimate is
+    // 0, not the request's input (still an estimate: no usage was ever reported).
+    let provider = Arc::new(ScriptedProvider::from_script(vec![Scripted::Error(
+        LlmError::Http {
+            status: 402,
+            body: r#"{"error":{"message":"payment required"}}"#.into(),
+            retry_after: None,
+        },
+    )]));
+    let mut agent = new_agent(&provider, Some(PRICEY));
+    let outcome = agent.run_turn(go(), CancellationToken::new()).await;
+    let TurnOutcome::Failed {
+        http_status,
+        account_refused,
+        ..
+    } = &outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(*http_status, Some(402));
+    assert!(*account_refused);
+    let cost = agent.session().cost;
+    assert_eq!(cost.estimated, 1, "{cost:?}");
+    assert_eq!(cost.spent(), 0.0, "{cost:?}");
 }
 
 #[tokio::test]

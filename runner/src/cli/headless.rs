@@ -147,17 +147,24 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 }
                 Some(total) => (Some(total), Accounting::Reported),
             };
-            let (error, retryable, http_status, reason) = match &outcome {
+            let (error, retryable, http_status, account_refused, reason) = match &outcome {
                 TurnOutcome::Failed {
                     error,
                     retryable,
                     http_status,
-                } => (Some(error.clone()), Some(*retryable), *http_status, None),
+                    account_refused,
+                } => (
+                    Some(error.clone()),
+                    Some(*retryable),
+                    *http_status,
+                    *account_refused,
+                    None,
+                ),
                 TurnOutcome::ProtocolStopped { reason }
                 | TurnOutcome::BudgetExceeded { reason } => {
-                    (None, None, None, Some(reason.clone()))
+                    (None, None, None, false, Some(reason.clone()))
                 }
-                _ => (None, None, None, None),
+                _ => (None, None, None, false, None),
             };
             let result = HeadlessResult {
                 outcome: HeadlessOutcome::of(&outcome),
@@ -174,6 +181,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 error,
                 retryable,
                 http_status,
+                account_refused,
                 reason,
                 session_unwritten,
                 session_id,

@@ -122,9 +122,10 @@ pub enum ChildError {
     /// The provider refused the trial itself — a key it does not accept, an account without
     /// credit, a model id it does not know ([`refused_by_provider`]): the configuration's
     /// failure, never the model's.
-    #[error("the provider refused the request (HTTP {status}): {error} — check {check}")]
+    #[error("the provider refused the request{}: {error} — check {check}", http_status_note(*.status))]
     ProviderRefused {
-        status: u16,
+        /// `None` when the refusal came inside a stream (OpenAI's `insufficient_quota`).
+        status: Option<u16>,
         error: String,
         /// What to check: the model, its provider and URL, and the key's variable.
         check: String,
@@ -143,9 +144,15 @@ pub enum ChildError {
     },
 }
 
+fn http_status_note(status: Option<u16>) -> String {
+    status.map_or(String::new(), |s| format!(" (HTTP {s})"))
+}
+
 /// Whether a failed turn is the provider refusing the trial rather than the model's run:
-/// - 401 (credentials), 402 (payment) or 407 (proxy authentication) at any point: they answer
-///   who sent the request, never what it said;
+/// - a refusal of the account at any point (`account_refused`: 401 credentials, 402 payment,
+///   407 proxy authentication, no credit or quota left — see
+///   [`anvil_llm::LlmError::is_account_refusal`]): it answers who sent the request, never what
+///   it said;
 /// - any other refusal (4xx) of the first request, before the model produced anything: that
 ///   request held only the task's prompt and anvil's own parts, so a bad key some providers
 ///   answer with 400 (Gemini's `API_KEY_INVALID`), an empty balance (Anthropic's 400), no
@@ -155,12 +162,14 @@ pub enum ChildError {
 /// made invalid or had moderated (a 400, OpenRouter's 403 for flagged input) is part of its
 /// run — else a model could make its failing trial vanish from the pass rate.
 fn refused_by_provider(result: &HeadlessResult) -> bool {
+    if result.account_refused {
+        return true;
+    }
     let Some(status) = result.http_status else {
         return false;
     };
     let before_the_model = result.steps <= 1 && result.usage.output == 0;
-    matches!(status, 401 | 402 | 407)
-        || (before_the_model && (400..500).contains(&status) && !matches!(status, 408 | 429))
+    before_the_model && (400..500).contains(&status) && !matches!(status, 408 | 429)
 }
 
 impl ChildError {
@@ -278,7 +287,7 @@ pub async fn run(spec: &ChildSpec<'_>, cancel: &CancellationToken) -> Result<Chi
                 .as_ref()
                 .map_or(String::new(), |var| format!(", its key in ${var}"));
             return Err(ChildError::ProviderRefused {
-                status: result.http_status.unwrap_or_default(),
+                status: result.http_status,
                 error: result.error.unwrap_or_default(),
                 check: format!(
                     "model {}'s provider '{}' at {}{key}",
@@ -330,6 +339,8 @@ mod tests {
             "error": format!("HTTP {status} from the provider"),
             "retryable": false,
             "http_status": status,
+            // As anvil judges these statuses (`LlmError::is_account_refusal`).
+            "account_refused": matches!(status, 401 | 402 | 407),
         }))
         .unwrap()
     }
@@ -356,8 +367,17 @@ mod tests {
         for status in [408, 429, 500, 529] {
             assert!(!refused_by_provider(&failed(status, 1, 0)), "{status}");
         }
+        // No credit or quota left, whenever it comes and whatever the status (none, for a
+        // refusal inside a stream): the account's.
+        for status in [Some(429), Some(400), None] {
+            let mut out_of_quota = failed(429, 7, 900);
+            out_of_quota.http_status = status;
+            out_of_quota.account_refused = true;
+            assert!(refused_by_provider(&out_of_quota), "{status:?}");
+        }
         let mut no_status = failed(401, 1, 0);
         no_status.http_status = None;
+        no_status.account_refused = false;
         assert!(
             !refused_by_provider(&no_status),
             "the wording alone never decides"

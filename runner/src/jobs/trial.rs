@@ -539,7 +539,12 @@ impl AgentTrials {
             Ok(run) => run,
             Err(TrialError::Cancelled) => return TrialEnd::Cancelled,
             Err(error) => {
-                let end = Self::infra(job, attempt, digests, error);
+                let mut end = Self::infra(job, attempt, digests, error);
+                // What the agent spent before it failed (a provider refusing it mid-run, a
+                // crash) is the sweep's cost too: its transcript's ledger says how much.
+                if let TrialEnd::Infra { record, .. } = &mut end {
+                    (record.cost_usd, record.accounting) = child::transcript_cost(&transcript);
+                }
                 return self.keep_after_failure(end, ws);
             }
         };
