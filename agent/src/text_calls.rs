@@ -33,13 +33,16 @@ pub const AUTO_PREAMBLE_CHARS: usize = 200;
 /// What the system prompt says, under `tool_calls = "text"`, about making a call: one form
 /// (the `<tool_call>` tags chat templates of Qwen and Hermes models train on), one call per
 /// answer, and the result arriving in the next message — small models otherwise write the
-/// tool's schema, name a file as the tool, or narrate the call in prose.
+/// tool's schema, name a file as the tool, or narrate the call in prose. A small model copies
+/// the example verbatim (one read `src/main.py`, a file its task did not have, 20 times), so
+/// the example is a call worth copying in any workspace: it lists the workspace's files.
 pub const INSTRUCTIONS: &str = "\
 # Making tool calls
-Call a tool by writing the call, and nothing else, in this form:
+Call a tool by writing the call, and nothing else, in this form (this one lists the files of
+the workspace):
 
 <tool_call>
-{\"name\": \"read_file\", \"arguments\": {\"file_path\": \"src/main.py\"}}
+{\"name\": \"glob\", \"arguments\": {\"pattern\": \"**/*\"}}
 </tool_call>
 
 - `name` is one of the tools you were given, exactly as spelled; `arguments` holds that tool's
@@ -665,11 +668,11 @@ mod tests {
             Some(INSTRUCTIONS)
         );
         // The example in the instructions is itself a call `find` recognises.
-        let found = find(INSTRUCTIONS, &|name| name == "read_file");
+        let found = find(INSTRUCTIONS, &|name| name == "glob");
         assert_eq!(found.calls.len(), 1);
         assert_eq!(
             found.calls[0].arguments,
-            serde_json::json!({"file_path": "src/main.py"})
+            serde_json::json!({"pattern": "**/*"})
         );
     }
     use serde_json::json;

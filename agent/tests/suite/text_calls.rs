@@ -8,7 +8,9 @@ use std::sync::Arc;
 
 use anvil_agent::file_access::FileAccess;
 use anvil_agent::text_calls::{RECOVERED_META, ToolCallMode};
-use anvil_agent::tools::{edit_file::EditFile, read_file::ReadFile, write_file::WriteFile};
+use anvil_agent::tools::{
+    edit_file::EditFile, glob::GlobTool, read_file::ReadFile, write_file::WriteFile,
+};
 use anvil_agent::{Agent, AgentConfig, AgentEvent, EventSink, ToolRegistry, TurnOutcome};
 use anvil_llm::testing::{ScriptedProvider, script};
 use anvil_llm::{ContentBlock, Role, validate_transcript};
@@ -61,7 +63,10 @@ async fn turn_in(
     tools
         .register(Arc::new(WriteFile::new(Arc::clone(&access))))
         .unwrap();
-    tools.register(Arc::new(EditFile::new(access))).unwrap();
+    tools
+        .register(Arc::new(EditFile::new(Arc::clone(&access))))
+        .unwrap();
+    tools.register(Arc::new(GlobTool::new(access))).unwrap();
     let provider = Arc::new(ScriptedProvider::new(responses));
     let (sink, events) = EventSink::channel(1024);
     let mut agent = Agent::new(
@@ -396,8 +401,9 @@ async fn a_misspelt_parameter_is_kept_for_the_schema_check_to_refuse() {
 }
 
 #[tokio::test]
-async fn the_instructions_example_is_a_valid_read_file_call() {
-    // The example the system prompt shows under `text` must be a call the real tool accepts.
+async fn the_instructions_example_is_a_valid_call_that_lists_the_workspace() {
+    // The example the system prompt shows under `text` must be a call the real tool accepts,
+    // and one worth copying as it stands: a small model copies it verbatim.
     let mut run = turn_in(
         ToolCallMode::Text,
         vec![
@@ -418,7 +424,7 @@ async fn the_instructions_example_is_a_valid_read_file_call() {
         } => {
             assert!(!is_error, "{content:?}");
             assert!(
-                format!("{content:?}").contains("print('hi')"),
+                format!("{content:?}").contains("src/main.py"),
                 "{content:?}"
             );
         }
