@@ -670,7 +670,7 @@ impl Agent {
                 error: format!("the session could not be written, so the turn stopped: {e}"),
                 retryable: false,
                 http_status: None,
-                account_refused: false,
+                provider_refusal: None,
             };
         }
         span.record("anvil.outcome", outcome.name());
@@ -746,11 +746,11 @@ impl Agent {
                 return Step::Finished(TurnOutcome::Cancelled);
             }
             Err(e) => {
-                let (error, retryable, http_status, account_refused) = (
+                let (error, retryable, http_status, provider_refusal) = (
                     e.to_string(),
                     e.is_retryable(),
                     e.http_status(),
-                    e.is_account_refusal(),
+                    e.refusal(),
                 );
                 self.events
                     .send(AgentEvent::StepFailed {
@@ -763,7 +763,7 @@ impl Agent {
                     error,
                     retryable,
                     http_status,
-                    account_refused,
+                    provider_refusal,
                 });
             }
         };
@@ -1366,6 +1366,6 @@ fn broken_transcript(e: TranscriptError) -> TurnOutcome {
         error: format!("the transcript is invalid, so no request was sent: {e}"),
         retryable: false,
         http_status: None,
-        account_refused: false,
+        provider_refusal: None,
     }
 }

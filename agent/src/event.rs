@@ -41,10 +41,10 @@ pub enum TurnOutcome {
         /// The provider's HTTP status, when a response's status ended the turn.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         http_status: Option<u16>,
-        /// The provider refused for the account — its key, its credit or quota
-        /// ([`anvil_llm::LlmError::is_account_refusal`]) — not for what the request said.
-        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-        account_refused: bool,
+        /// Why the provider refused, when its answer says ([`anvil_llm::LlmError::refusal`]):
+        /// the account (its key, credit or quota) or what the model generated.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_refusal: Option<anvil_llm::ProviderRefusal>,
     },
 }
 
@@ -329,7 +329,7 @@ mod tests {
                 error: "HTTP 500".into(),
                 retryable: true,
                 http_status: None,
-                account_refused: false,
+                provider_refusal: None,
             },
         };
         assert_eq!(

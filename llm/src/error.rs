@@ -72,37 +72,52 @@ impl LlmError {
         }
     }
 
-    /// Whether the provider refused because of the account, not because of what the request
-    /// said: a key it does not accept (401, or 407 at a proxy), payment required (402), or an
-    /// account out of credit or quota — OpenAI's 429 `insufficient_quota` (also inside a
-    /// Responses stream), Anthropic's 400 "Your credit balance is too low". No retry helps,
-    /// and nothing a model wrote can cause one: the quota signs are the provider's own error
-    /// type or code, or a message that *begins* with the provider's fixed wording (a 400 may
-    /// quote the request, so words anywhere else in a message prove nothing).
-    pub fn is_account_refusal(&self) -> bool {
+    /// Why the provider refused, when its answer says so ([`ProviderRefusal`]).
+    ///
+    /// - [`ProviderRefusal::Account`]: a key it does not accept (401, or 407 at a proxy),
+    ///   payment required (402), or an account out of credit or quota — OpenAI's 429
+    ///   `insufficient_quota` (also inside a Responses stream), Anthropic's 400 "Your credit
+    ///   balance is too low". Nothing a model wrote can cause one: the quota signs are the
+    ///   provider's own error type or code, or a message that *begins* with the provider's
+    ///   fixed wording (a 400 may quote the request, so words anywhere else prove nothing).
+    /// - [`ProviderRefusal::Generation`]: the provider rejected what the model generated —
+    ///   Groq's 400 `tool_use_failed` with its `failed_generation` — so the failure is the
+    ///   model's, even on the first request.
+    pub fn refusal(&self) -> Option<ProviderRefusal> {
         match self {
             LlmError::Http {
                 status: 401 | 402 | 407,
                 ..
-            } => true,
-            LlmError::Http {
-                status: 400 | 403 | 429,
-                body,
-                ..
-            } => serde_json::from_str::<serde_json::Value>(body).is_ok_and(|v| {
+            } => Some(ProviderRefusal::Account),
+            LlmError::Http { status, body, .. } if (400..500).contains(status) => {
+                let v = serde_json::from_str::<serde_json::Value>(body).ok()?;
                 let field = |pointer: &str| v.pointer(pointer).and_then(|f| f.as_str());
-                field("/error/type") == Some(INSUFFICIENT_QUOTA)
-                    || field("/error/code") == Some(INSUFFICIENT_QUOTA)
-                    || field("/error/message").is_some_and(out_of_credit)
-            }),
-            LlmError::Api { kind, message } => kind == INSUFFICIENT_QUOTA || out_of_credit(message),
-            _ => false,
+                if field("/error/code") == Some(TOOL_USE_FAILED)
+                    || v.pointer("/error/failed_generation").is_some()
+                {
+                    Some(ProviderRefusal::Generation)
+                } else if matches!(status, 400 | 403 | 429)
+                    && (field("/error/type") == Some(INSUFFICIENT_QUOTA)
+                        || field("/error/code") == Some(INSUFFICIENT_QUOTA)
+                        || field("/error/message").is_some_and(out_of_credit))
+                {
+                    Some(ProviderRefusal::Account)
+                } else {
+                    None
+                }
+            }
+            LlmError::Api { kind, message }
+                if kind == INSUFFICIENT_QUOTA || out_of_credit(message) =>
+            {
+                Some(ProviderRefusal::Account)
+            }
+            _ => None,
         }
     }
 
     /// Whether trying the same request again may succeed.
     pub fn is_retryable(&self) -> bool {
-        if self.is_account_refusal() {
+        if self.refusal() == Some(ProviderRefusal::Account) {
             return false;
         }
         match self {
@@ -145,8 +160,23 @@ impl LlmError {
     }
 }
 
+/// Why a provider refused a request, as far as its answer says ([`LlmError::refusal`]): what
+/// tells an eval trial the provider refused (an infrastructure error) from the model's fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderRefusal {
+    /// The account: its key, its credit or its quota — never what the request said.
+    Account,
+    /// What the model generated (a malformed tool call the provider would not pass on).
+    Generation,
+}
+
 /// OpenAI's error type and code for an account without quota or credit (HTTP 429).
 const INSUFFICIENT_QUOTA: &str = "insufficient_quota";
+
+/// Groq's error code for a tool call the model generated malformed (HTTP 400, with the
+/// generation in `failed_generation`).
+const TOOL_USE_FAILED: &str = "tool_use_failed";
 
 /// Whether a provider's error message is its out-of-credit refusal: Anthropic answers an
 /// empty balance with a 400 `invalid_request_error` whose message starts so.
@@ -286,7 +316,7 @@ mod tests {
                 message: "You exceeded your current quota.".into(),
             },
         ] {
-            assert!(e.is_account_refusal(), "{e:?}");
+            assert_eq!(e.refusal(), Some(ProviderRefusal::Account), "{e:?}");
             assert!(!e.is_retryable(), "{e:?}");
         }
         // A rate limit, a request the conversation made invalid, and one whose message
@@ -307,9 +337,16 @@ mod tests {
                 message: "a 'Your credit balance is too low' quote".into(),
             },
         ] {
-            assert!(!e.is_account_refusal(), "{e:?}");
+            assert_eq!(e.refusal(), None, "{e:?}");
         }
         assert!(with_body(429, rate_limit).is_retryable());
+        // A tool call the model generated malformed, refused by the provider (Groq), is the
+        // model's own failure, whatever its message says.
+        let groq = r#"{"error":{"message":"Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.","type":"invalid_request_error","code":"tool_use_failed","failed_generation":"Your credit balance is too low"}}"#;
+        assert_eq!(
+            with_body(400, groq).refusal(),
+            Some(ProviderRefusal::Generation)
+        );
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub mod text;
 pub mod types;
 
 pub use builder::{Completion, MessageBuilder, collect};
-pub use error::LlmError;
+pub use error::{LlmError, ProviderRefusal};
 pub use integrity::{Tail, TranscriptError, TranscriptValidator, validate_transcript};
 pub use protocol::Protocol;
 pub use provider::{EventStream, Provider};

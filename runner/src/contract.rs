@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 
 use anvil_agent::TurnOutcome;
-use anvil_llm::Usage;
 use anvil_llm::registry::PinnedModel;
+use anvil_llm::{ProviderRefusal, Usage};
 use anvil_report::record::Accounting;
 use serde::{Deserialize, Serialize};
 
@@ -159,11 +159,12 @@ pub struct HeadlessResult {
     /// error) from a run the model had (`jobs::child`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http_status: Option<u16>,
-    /// The provider refused for the account — a key it does not accept, no credit, no quota —
-    /// not for what the request said (`failed` only): at any step, an infrastructure error of
-    /// an eval trial, never the model's fail.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub account_refused: bool,
+    /// Why the provider refused, when its answer says (`failed` only): `account` (a key it
+    /// does not accept, no credit, no quota — at any step an infrastructure error of an eval
+    /// trial, never the model's fail) or `generation` (it rejected what the model generated —
+    /// the model's fail, even on the first request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_refusal: Option<ProviderRefusal>,
     /// The provider's stop reason (`protocol_stopped`), or why the budget stopped the turn
     /// (`budget_exceeded`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -284,7 +285,7 @@ mod tests {
             error: None,
             retryable: None,
             http_status: None,
-            account_refused: false,
+            provider_refusal: None,
             reason: None,
             session_unwritten: false,
             session_id: None,
@@ -309,7 +310,7 @@ mod tests {
             error: Some("HTTP 429 from the provider: You exceeded your current quota".into()),
             retryable: Some(false),
             http_status: Some(429),
-            account_refused: true,
+            provider_refusal: Some(ProviderRefusal::Account),
             accounting: Accounting::Estimated,
             ..result()
         };
@@ -356,7 +357,7 @@ mod tests {
                 error: Some("HTTP 401 from the provider: invalid x-api-key".into()),
                 retryable: Some(false),
                 http_status: Some(401),
-                account_refused: true,
+                provider_refusal: Some(ProviderRefusal::Account),
                 ..result()
             },
         ] {

@@ -1016,6 +1016,34 @@ async fn an_account_out_of_credit_mid_trial_is_an_infrastructure_error_with_its_
     s.cleanup().await;
 }
 
+/// A first request the provider refuses for what the model generated — Groq's 400
+/// `tool_use_failed` with the malformed call in `failed_generation` — is the model's graded
+/// fail, not the provider refusing the trial: else a model could hide a failing first step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_request_refused_for_the_models_own_generation_is_its_fail() {
+    use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
+    let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |_| {
+        Answer::error(
+            400,
+            json!({"error": {"message": "Failed to call a function. Please adjust your prompt. See 'failed_generation' for more details.", "type": "invalid_request_error", "code": "tool_use_failed", "failed_generation": "<tool_call>{\"name\": \"write_file\""}}).to_string(),
+        )
+    })
+    .await;
+    let s = setup(&server, false, &["t1"]).await;
+    let mut args = s.run_args("malformed");
+    args.extend(["--trials", "1", "--max-attempts", "2"].map(String::from));
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let recs = records(&s, "malformed");
+    assert_eq!(recs.len(), 2, "{}", text(&out));
+    for r in &recs {
+        assert_eq!(r["pass"], false, "graded, the model's own fail: {r}");
+        assert!(r["infra_error"].is_null(), "{r}");
+        assert_eq!(r["outcome"], "failed", "{r}");
+        assert_eq!(r["attempt"], 1, "never retried: {r}");
+    }
+    s.cleanup().await;
+}
+
 /// A provider that refuses the trial itself — a key it does not accept (401), or a first
 /// request answered 400 as Gemini answers a bad key — ends the trial as the infrastructure's
 /// failure, never as a graded fail of the model: a sweep run with a bad key must not report a

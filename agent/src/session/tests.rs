@@ -854,14 +854,14 @@ async fn a_full_disk_ends_the_turn_as_failed_and_sends_nothing_unrecorded() {
         error,
         retryable,
         http_status,
-        account_refused,
+        provider_refusal,
     } = &outcome
     else {
         panic!("{outcome:?}")
     };
     assert!(!retryable);
     assert_eq!(*http_status, None, "a full disk is no provider's answer");
-    assert!(!account_refused);
+    assert_eq!(*provider_refusal, None);
     assert!(
         error.contains(&path.display().to_string()) && error.contains("No space left on device"),
         "{error}"

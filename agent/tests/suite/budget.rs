@@ -10,7 +10,7 @@ use anvil_agent::tools::calculator::Calculator;
 use anvil_agent::{Agent, AgentConfig, EventSink, ToolRegistry, TurnOutcome};
 use anvil_llm::config::Pricing;
 use anvil_llm::testing::{Scripted, ScriptedProvider, script};
-use anvil_llm::{ContentBlock, LlmError, StreamEvent, Tail, validate_transcript};
+use anvil_llm::{ContentBlock, LlmError, ProviderRefusal, StreamEvent, Tail, validate_transcript};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -154,14 +154,14 @@ async fn a_request_refused_with_an_error_status_costs_nothing() {
     let outcome = agent.run_turn(go(), CancellationToken::new()).await;
     let TurnOutcome::Failed {
         http_status,
-        account_refused,
+        provider_refusal,
         ..
     } = &outcome
     else {
         panic!("{outcome:?}");
     };
     assert_eq!(*http_status, Some(402));
-    assert!(*account_refused);
+    assert_eq!(*provider_refusal, Some(ProviderRefusal::Account));
     let cost = agent.session().cost;
     assert_eq!(cost.estimated, 1, "{cost:?}");
     assert_eq!(cost.spent(), 0.0, "{cost:?}");

@@ -147,24 +147,24 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 }
                 Some(total) => (Some(total), Accounting::Reported),
             };
-            let (error, retryable, http_status, account_refused, reason) = match &outcome {
+            let (error, retryable, http_status, provider_refusal, reason) = match &outcome {
                 TurnOutcome::Failed {
                     error,
                     retryable,
                     http_status,
-                    account_refused,
+                    provider_refusal,
                 } => (
                     Some(error.clone()),
                     Some(*retryable),
                     *http_status,
-                    *account_refused,
+                    *provider_refusal,
                     None,
                 ),
                 TurnOutcome::ProtocolStopped { reason }
                 | TurnOutcome::BudgetExceeded { reason } => {
-                    (None, None, None, false, Some(reason.clone()))
+                    (None, None, None, None, Some(reason.clone()))
                 }
-                _ => (None, None, None, false, None),
+                _ => (None, None, None, None, None),
             };
             let result = HeadlessResult {
                 outcome: HeadlessOutcome::of(&outcome),
@@ -181,7 +181,7 @@ pub async fn run(cli: Cli, prompt: String) -> i32 {
                 error,
                 retryable,
                 http_status,
-                account_refused,
+                provider_refusal,
                 reason,
                 session_unwritten,
                 session_id,

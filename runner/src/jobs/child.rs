@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anvil_agent::process::{self, ProcessSpec, Termination};
+use anvil_llm::ProviderRefusal;
 use anvil_llm::registry::PinnedModel;
 use anvil_report::record::Accounting;
 use tokio_util::sync::CancellationToken;
@@ -149,10 +150,9 @@ fn http_status_note(status: Option<u16>) -> String {
 }
 
 /// Whether a failed turn is the provider refusing the trial rather than the model's run:
-/// - a refusal of the account at any point (`account_refused`: 401 credentials, 402 payment,
-///   407 proxy authentication, no credit or quota left — see
-///   [`anvil_llm::LlmError::is_account_refusal`]): it answers who sent the request, never what
-///   it said;
+/// - a refusal of the account at any point (`provider_refusal: account`: 401 credentials, 402
+///   payment, 407 proxy authentication, no credit or quota left — see
+///   [`anvil_llm::LlmError::refusal`]): it answers who sent the request, never what it said;
 /// - any other refusal (4xx) of the first request, before the model produced anything: that
 ///   request held only the task's prompt and anvil's own parts, so a bad key some providers
 ///   answer with 400 (Gemini's `API_KEY_INVALID`), an empty balance (Anthropic's 400), no
@@ -162,8 +162,11 @@ fn http_status_note(status: Option<u16>) -> String {
 /// made invalid or had moderated (a 400, OpenRouter's 403 for flagged input) is part of its
 /// run — else a model could make its failing trial vanish from the pass rate.
 fn refused_by_provider(result: &HeadlessResult) -> bool {
-    if result.account_refused {
-        return true;
+    match result.provider_refusal {
+        Some(ProviderRefusal::Account) => return true,
+        // The provider passed judgement on the model's own output: its fail.
+        Some(ProviderRefusal::Generation) => return false,
+        None => {}
     }
     let Some(status) = result.http_status else {
         return false;
@@ -339,8 +342,8 @@ mod tests {
             "error": format!("HTTP {status} from the provider"),
             "retryable": false,
             "http_status": status,
-            // As anvil judges these statuses (`LlmError::is_account_refusal`).
-            "account_refused": matches!(status, 401 | 402 | 407),
+            // As anvil judges these statuses (`LlmError::refusal`).
+            "provider_refusal": matches!(status, 401 | 402 | 407).then_some("account"),
         }))
         .unwrap()
     }
@@ -372,12 +375,17 @@ mod tests {
         for status in [Some(429), Some(400), None] {
             let mut out_of_quota = failed(429, 7, 900);
             out_of_quota.http_status = status;
-            out_of_quota.account_refused = true;
+            out_of_quota.provider_refusal = Some(ProviderRefusal::Account);
             assert!(refused_by_provider(&out_of_quota), "{status:?}");
         }
+        // A first request refused for what the model generated (Groq's 400
+        // `tool_use_failed`) is the model's: else a model could hide a failing first step.
+        let mut generation = failed(400, 1, 0);
+        generation.provider_refusal = Some(ProviderRefusal::Generation);
+        assert!(!refused_by_provider(&generation));
         let mut no_status = failed(401, 1, 0);
         no_status.http_status = None;
-        no_status.account_refused = false;
+        no_status.provider_refusal = None;
         assert!(
             !refused_by_provider(&no_status),
             "the wording alone never decides"
