@@ -125,6 +125,43 @@ fn records(s: &Setup, sweep: &str) -> Vec<Value> {
         .collect()
 }
 
+/// A model's step that writes a wrong answer (41) to answer.txt, as the Anthropic server
+/// streams it.
+fn writes_a_wrong_answer() -> anvil_test_support::model_server::Answer {
+    use anvil_llm::testing::anthropic_sse::{self, Usage};
+    anvil_test_support::model_server::Answer::sse(anthropic_sse::tool_use(
+        "toolu_write_1",
+        "write_file",
+        &json!({"file_path": "answer.txt", "content": "41\n"}),
+        "tool_use",
+        Usage {
+            input: 40,
+            output: 9,
+        },
+    ))
+}
+
+/// Runs sweep `sweep` of task t1 for both models, one trial each, with `max_attempts`: the
+/// run's output and the sweep's records (one per model, else the test fails).
+async fn one_trial_each(
+    server: &MockServer,
+    sweep: &str,
+    max_attempts: u32,
+) -> (Setup, Output, Vec<Value>) {
+    let s = setup(server, false, &["t1"]).await;
+    let mut args = s.run_args(sweep);
+    args.extend([
+        "--trials".to_string(),
+        "1".into(),
+        "--max-attempts".into(),
+        max_attempts.to_string(),
+    ]);
+    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
+    let recs = records(&s, sweep);
+    assert_eq!(recs.len(), 2, "{}", text(&out));
+    (s, out, recs)
+}
+
 /// Two tests of one scenario: on a SQLite file and on a fresh Postgres database.
 macro_rules! on_both_databases {
     ($sqlite:ident, $postgres:ident, $scenario:ident) => {
@@ -957,22 +994,12 @@ on_both_databases!(
 /// attempts remain, like every infrastructure error: another worker may hold another key.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_account_out_of_credit_mid_trial_is_an_infrastructure_error_with_its_cost() {
-    use anvil_llm::testing::anthropic_sse::{self, Usage};
     use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
     let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |body| {
         let turns = body["messages"].as_array().map_or(0, Vec::len);
         if turns == 1 {
             // Both models work a step first: a wrong answer, written.
-            return Answer::sse(anthropic_sse::tool_use(
-                "toolu_write_1",
-                "write_file",
-                &json!({"file_path": "answer.txt", "content": "41\n"}),
-                "tool_use",
-                Usage {
-                    input: 40,
-                    output: 9,
-                },
-            ));
+            return writes_a_wrong_answer();
         }
         match body["model"].as_str() {
             Some("claude-good") => Answer::error(
@@ -986,12 +1013,7 @@ async fn an_account_out_of_credit_mid_trial_is_an_infrastructure_error_with_its_
         }
     })
     .await;
-    let s = setup(&server, false, &["t1"]).await;
-    let mut args = s.run_args("broke");
-    args.extend(["--trials", "1", "--max-attempts", "1"].map(String::from));
-    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
-    let recs = records(&s, "broke");
-    assert_eq!(recs.len(), 2, "{}", text(&out));
+    let (s, out, recs) = one_trial_each(&server, "broke", 1).await;
     for r in &recs {
         assert!(r["pass"].is_null(), "not graded: {r}");
         let error = r["infra_error"].as_str().unwrap_or_else(|| panic!("{r}"));
@@ -1029,12 +1051,7 @@ async fn a_first_request_refused_for_the_models_own_generation_is_its_fail() {
         )
     })
     .await;
-    let s = setup(&server, false, &["t1"]).await;
-    let mut args = s.run_args("malformed");
-    args.extend(["--trials", "1", "--max-attempts", "2"].map(String::from));
-    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
-    let recs = records(&s, "malformed");
-    assert_eq!(recs.len(), 2, "{}", text(&out));
+    let (s, _, recs) = one_trial_each(&server, "malformed", 2).await;
     for r in &recs {
         assert_eq!(r["pass"], false, "graded, the model's own fail: {r}");
         assert!(r["infra_error"].is_null(), "{r}");
@@ -1052,7 +1069,6 @@ async fn a_first_request_refused_for_the_models_own_generation_is_its_fail() {
 /// failing trial vanish from the pass rate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_is_an_infrastructure_error_but_a_refusal_the_model_provoked_is_its_fail() {
-    use anvil_llm::testing::anthropic_sse::{self, Usage};
     use anvil_test_support::model_server::{Answer, ScriptedServer, WireFormat};
     let server = ScriptedServer::answering(WireFormat::AnthropicMessages, |body| {
         let error = |status: u16, kind: &str, message: &str| {
@@ -1066,26 +1082,12 @@ async fn a_refused_key_is_an_infrastructure_error_but_a_refusal_the_model_provok
             // `good` is refused its key.
             Some("claude-good") => error(401, "authentication_error", "invalid x-api-key"),
             // `bad` writes a wrong answer, then its conversation is "flagged".
-            _ if turns == 1 => Answer::sse(anthropic_sse::tool_use(
-                "toolu_write_1",
-                "write_file",
-                &json!({"file_path": "answer.txt", "content": "41\n"}),
-                "tool_use",
-                Usage {
-                    input: 40,
-                    output: 9,
-                },
-            )),
+            _ if turns == 1 => writes_a_wrong_answer(),
             _ => error(403, "permission_error", "your input was flagged"),
         }
     })
     .await;
-    let s = setup(&server, false, &["t1"]).await;
-    let mut args = s.run_args("refused");
-    args.extend(["--trials", "1", "--max-attempts", "2"].map(String::from));
-    let out = output(s.command(&args.iter().map(String::as_str).collect::<Vec<_>>()));
-    let recs = records(&s, "refused");
-    assert_eq!(recs.len(), 2, "{}", text(&out));
+    let (s, out, recs) = one_trial_each(&server, "refused", 2).await;
     for r in &recs {
         if r["model"] == "good" {
             assert!(r["pass"].is_null(), "not graded: {r}");
