@@ -609,10 +609,11 @@ fn call(value: &Value, format: TextCallFormat, offered: &dyn Fn(&str) -> bool) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn only_schema_keywords_the_tool_has_no_parameter_for_are_dropped() {
-        let schema = serde_json::json!({
+        let schema = json!({
             "type": "object",
             "properties": {"title": {"type": "string"}, "count": {"type": "integer"}},
             "required": ["title"],
@@ -620,7 +621,7 @@ mod tests {
         });
         let mut call = TextCall {
             name: "t".into(),
-            arguments: serde_json::json!({
+            arguments: json!({
                 "title": "kept: a parameter of this tool",
                 "count": "3",
                 "required": ["title"],
@@ -635,21 +636,21 @@ mod tests {
         assert_eq!(dropped, ["required", "type"]);
         assert_eq!(
             call.arguments,
-            serde_json::json!({
+            json!({
                 "title": "kept: a parameter of this tool",
                 "count": 3,
                 "titel": "kept: for the schema check to refuse",
             })
         );
         // Arguments that are not an object are left to the schema check.
-        call.arguments = serde_json::json!("required");
+        call.arguments = json!("required");
         assert!(fit_to_schema(&mut call, &schema).is_empty());
         // A schema that takes other keys, or names none (`$ref`, `allOf`), may mean them.
         for open in [
-            serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
-            serde_json::json!({"allOf": [{"$ref": "#/$defs/args"}], "additionalProperties": false}),
+            json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+            json!({"allOf": [{"$ref": "#/$defs/args"}], "additionalProperties": false}),
         ] {
-            call.arguments = serde_json::json!({"q": "x", "type": "issue", "title": "t"});
+            call.arguments = json!({"q": "x", "type": "issue", "title": "t"});
             assert!(fit_to_schema(&mut call, &open).is_empty(), "{open}");
             assert_eq!(call.arguments.as_object().unwrap().len(), 3);
         }
@@ -670,12 +671,8 @@ mod tests {
         // The example in the instructions is itself a call `find` recognises.
         let found = find(INSTRUCTIONS, &|name| name == "glob");
         assert_eq!(found.calls.len(), 1);
-        assert_eq!(
-            found.calls[0].arguments,
-            serde_json::json!({"pattern": "**/*"})
-        );
+        assert_eq!(found.calls[0].arguments, json!({"pattern": "**/*"}));
     }
-    use serde_json::json;
 
     fn offered(name: &str) -> bool {
         matches!(name, "write_file" | "read_file" | "bash")
